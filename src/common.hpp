@@ -1,0 +1,15 @@
+// Shared basics: the one error type every input-facing part throws, and small helpers.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace codagpt {
+
+// Thrown for bad user input (config, data shard, checkpoint, flag, tokenizer files).
+// main() prints "codagpt: error: <what>" on one line and exits non-zero, so the message
+// must name the problem (file, key, offset) by itself.
+struct Error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+}  // namespace codagpt

@@ -1,0 +1,69 @@
+// Run configuration: one flat JSON object per file in configs/, validated against one schema
+// (config.cpp) that also generates the `train` command-line options, so help never drifts.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+
+namespace codagpt {
+
+struct ModelConfig {
+    int n_layer = 2;
+    int n_head = 4;
+    int n_embd = 64;
+    int max_seq_len = 64;      // learned positions (GPT-2: 1024)
+    int vocab_size = 50257;    // real vocabulary; tensors use padded_vocab()
+    int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
+    size_t num_params() const;  // with the padded vocabulary, tied embeddings counted once
+};
+
+struct TrainConfig {
+    std::string name = "gpt2-tiny";
+    ModelConfig model;
+    // data
+    std::string train_data = "data/tinyshakespeare/train_*.bin";  // glob of llm.c-format shards
+    std::string val_data = "data/tinyshakespeare/val_*.bin";
+    std::string out_dir = "runs/gpt2-tiny";
+    bool shuffle = true;
+    // batch: tokens per optimizer step = batch_size * seq_len * grad_accum (per process)
+    int batch_size = 8;
+    int seq_len = 64;
+    int grad_accum = 1;
+    // optimizer: AdamW, cosine schedule with linear warmup down to lr * min_lr_frac
+    int steps = 200;
+    double lr = 1e-3;
+    double min_lr_frac = 0.1;
+    int warmup_steps = 10;
+    double weight_decay = 0.1;
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double adam_eps = 1e-8;
+    double grad_clip = 1.0;  // global-norm clip; 0 disables
+    // evaluation and logging
+    int eval_every = 50;     // 0 disables; also evaluated after the last step
+    int eval_batches = 8;
+    int log_every = 1;
+    uint64_t seed = 1337;
+};
+
+// Parses and validates a config object. Unknown keys, wrong types and impossible values throw
+// codagpt::Error naming the key. Keys missing from `j` keep the defaults above.
+TrainConfig config_from_json(const nlohmann::json& j);
+nlohmann::json config_to_json(const TrainConfig& c);
+// Reads a config file; `name_or_path` is a path, or a name looked up as configs/<name>.json.
+TrainConfig load_config(const std::string& name_or_path);
+// Applies "key=value" overrides (value parsed as the key's type), then re-validates.
+void apply_overrides(TrainConfig& c, const std::vector<std::string>& key_values);
+// Checks cross-key constraints (n_embd % n_head, seq_len <= max_seq_len, ...); throws Error.
+void validate(const TrainConfig& c);
+
+// One schema row per key: drives parsing, overrides and the generated CLI options.
+struct ConfigKey {
+    const char* name;
+    const char* type;  // "int", "float", "string", "bool", "uint64"
+    const char* help;
+};
+const std::vector<ConfigKey>& config_schema();
+
+}  // namespace codagpt

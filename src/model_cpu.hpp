@@ -1,0 +1,93 @@
+// The CPU reference GPT-2: forward, backward in plain C++ (OpenMP), templated on the float type so
+// that the same code runs in fp32 (the trainer and the oracle of every GPU path) and in fp64 (the
+// finite-difference gradient check).
+//
+// GPT-2: learned positions, pre-LN blocks, causal self-attention, tanh-GELU MLP, final LayerNorm,
+// LM head tied to the token embedding, vocabulary padded to a multiple of 128 (padded rows are
+// zero at init and their logits are excluded from the softmax).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+#include "config.hpp"
+
+namespace codagpt {
+
+// Parameters by name. Layer tensors are stacked over layers, llm.c-style:
+// e.g. qkv_w is [L, C, 3C]. Matrices are stored [in, out] (z = x W + b).
+template <typename F>
+struct GPT2Params {
+    F* wte;     // [Vp, C]  token embedding, tied LM head
+    F* wpe;     // [maxT, C]
+    F* ln1_w;   // [L, C]
+    F* ln1_b;   // [L, C]
+    F* qkv_w;   // [L, C, 3C]
+    F* qkv_b;   // [L, 3C]
+    F* proj_w;  // [L, C, C]
+    F* proj_b;  // [L, C]
+    F* ln2_w;   // [L, C]
+    F* ln2_b;   // [L, C]
+    F* fc_w;    // [L, C, 4C]
+    F* fc_b;    // [L, 4C]
+    F* fcproj_w;  // [L, 4C, C]
+    F* fcproj_b;  // [L, C]
+    F* lnf_w;   // [C]
+    F* lnf_b;   // [C]
+};
+
+// Name, element count and whether AdamW decays it (matrices and embeddings yes; biases and
+// LayerNorm no), in storage order. Both the parameter and gradient buffers follow it.
+struct ParamInfo {
+    std::string name;
+    size_t size;
+    bool decay;
+};
+std::vector<ParamInfo> param_layout(const ModelConfig& m);
+
+template <typename F>
+class GPT2CPU {
+public:
+    explicit GPT2CPU(const ModelConfig& cfg);
+
+    // GPT-2 init from a portable RNG (same numbers on every platform): N(0, 0.02) weights,
+    // residual projections scaled by 1/sqrt(2L), zero biases, LayerNorm weight 1, bias 0,
+    // padded vocabulary rows zero.
+    void init(uint64_t seed);
+
+    // Forward of B x T tokens (T <= max_seq_len). With targets, returns the mean cross-entropy
+    // over all B*T positions and keeps activations for backward(); targets may be null (returns 0).
+    F forward(const int* inputs, const int* targets, int B, int T);
+    // Accumulates d(mean loss)/d(params) * grad_scale into grads (zero them with zero_grad()).
+    // grad_scale is 1/grad_accum when accumulating micro-batches.
+    void backward(F grad_scale = F(1));
+    void zero_grad();
+
+    const F* logits() const { return logits_.data(); }  // [B, T, Vp] of the last forward
+    const ModelConfig& config() const { return cfg_; }
+
+    std::vector<F> params;  // flat, in param_layout order
+    std::vector<F> grads;   // same layout
+    GPT2Params<F> p() { return view(params.data()); }
+    GPT2Params<F> g() { return view(grads.data()); }
+    const std::vector<ParamInfo>& layout() const { return layout_; }
+
+private:
+    GPT2Params<F> view(F* base) const;
+    void ensure_activations(int B, int T);
+
+    ModelConfig cfg_;
+    std::vector<ParamInfo> layout_;
+    int B_ = 0, T_ = 0;
+    std::vector<int> inputs_, targets_;
+    // activations kept for backward (per layer stacked) and their gradient scratch
+    std::vector<F> acts_, dacts_;
+    std::vector<F> logits_;
+    std::vector<F> probs_;
+    struct ActView;  // defined in model_cpu.cpp
+};
+
+extern template class GPT2CPU<float>;
+extern template class GPT2CPU<double>;
+
+}  // namespace codagpt
