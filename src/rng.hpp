@@ -17,7 +17,7 @@ public:
             uint64_t z = seed;
             z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
             z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-            s_[&s - s_] = z ^ (z >> 31);
+            s = z ^ (z >> 31);
         }
     }
     uint64_t next_u64() {  // xoshiro256**
