@@ -1,8 +1,11 @@
 // Run configuration: one flat JSON object per file in configs/, validated against one schema
 // (config.cpp) that also generates the `train` command-line options, so help never drifts.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <variant>
 #include <vector>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +23,7 @@ struct ModelConfig {
 
 struct TrainConfig {
     std::string name = "gpt2-tiny";
+    std::string description;  // informational only
     ModelConfig model;
     // data
     std::string train_data = "data/tinyshakespeare/train_*.bin";  // glob of llm.c-format shards
@@ -51,18 +55,24 @@ struct TrainConfig {
 // codagpt::Error naming the key. Keys missing from `j` keep the defaults above.
 TrainConfig config_from_json(const nlohmann::json& j);
 nlohmann::json config_to_json(const TrainConfig& c);
-// Reads a config file; `name_or_path` is a path, or a name looked up as configs/<name>.json.
+// Reads a config file: `name_or_path` is a path when it exists or ends in .json, else a name
+// looked up as configs/<name>.json (relative to the working directory). Errors name the file.
 TrainConfig load_config(const std::string& name_or_path);
-// Applies "key=value" overrides (value parsed as the key's type), then re-validates.
+// Applies "key=value" overrides in order (value parsed as the key's type), then re-validates.
 void apply_overrides(TrainConfig& c, const std::vector<std::string>& key_values);
-// Checks cross-key constraints (n_embd % n_head, seq_len <= max_seq_len, ...); throws Error.
+// Checks every value and the cross-key constraints (n_embd % n_head, seq_len <= max_seq_len, ...);
+// throws Error naming the key.
 void validate(const TrainConfig& c);
 
-// One schema row per key: drives parsing, overrides and the generated CLI options.
+// The TrainConfig member a key reads and writes; the alternative held is the key's type.
+using ConfigField = std::variant<int*, uint64_t*, double*, bool*, std::string*>;
+
+// One schema row per key: drives parsing, serialization, overrides and the generated CLI options.
 struct ConfigKey {
     const char* name;
-    const char* type;  // "int", "float", "string", "bool", "uint64"
+    const char* type;  // "int", "uint64", "float", "bool", "string": from the member's C++ type
     const char* help;
+    std::function<ConfigField(TrainConfig&)> field;
 };
 const std::vector<ConfigKey>& config_schema();
 
