@@ -52,14 +52,16 @@ public:
 
     // GPT-2 init from a portable RNG (same numbers on every platform): N(0, 0.02) weights,
     // residual projections scaled by 1/sqrt(2L), zero biases, LayerNorm weight 1, bias 0,
-    // padded vocabulary rows zero.
+    // padded vocabulary rows zero. The draw order, which GPU paths reproduce, is documented at
+    // the definition.
     void init(uint64_t seed);
 
     // Forward of B x T tokens (T <= max_seq_len). With targets, returns the mean cross-entropy
     // over all B*T positions and keeps activations for backward(); targets may be null (returns 0).
     F forward(const int* inputs, const int* targets, int B, int T);
     // Accumulates d(mean loss)/d(params) * grad_scale into grads (zero them with zero_grad()).
-    // grad_scale is 1/grad_accum when accumulating micro-batches.
+    // grad_scale is 1/grad_accum when accumulating micro-batches. Needs a forward() with targets
+    // before each call (it consumes the softmax kept by that forward).
     void backward(F grad_scale = F(1));
     void zero_grad();
 
@@ -79,12 +81,13 @@ private:
     ModelConfig cfg_;
     std::vector<ParamInfo> layout_;
     int B_ = 0, T_ = 0;
+    bool backward_ready_ = false;  // a forward with targets ran since the last backward
     std::vector<int> inputs_, targets_;
-    // activations kept for backward (per layer stacked) and their gradient scratch
-    std::vector<F> acts_, dacts_;
-    std::vector<F> logits_;
-    std::vector<F> probs_;
-    struct ActView;  // defined in model_cpu.cpp
+    std::vector<F> acts_, dacts_;  // activations of the last forward and their gradients (Acts layout)
+    std::vector<F> logits_;        // [B, T, Vp]
+    std::vector<F> dlogits_;       // [B, T, Vp] softmax exponentials from forward, dlogits after backward
+    std::vector<F> wte_t_;         // [C, Vp] wte transposed (forward), then its gradient (backward)
+    std::vector<F> scratch_;       // transposed matmul operands
 };
 
 extern template class GPT2CPU<float>;
