@@ -1,0 +1,43 @@
+# Convenience wrapper around CMake. The two commands a new user needs:
+#   make train    prepare TinyShakespeare and train gpt2-tiny (GPU if present, else the CPU reference)
+#   make test     build and run every test (GPU tests skip where no GPU exists)
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CONFIG ?= gpt2-tiny
+ARGS ?=
+CMAKE_ARGS ?=
+CTEST_ARGS ?=
+SHARDS := data/tinyshakespeare/val_000000.bin
+
+.PHONY: all setup configure build test train data tokenizer clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+configure: setup $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j$(JOBS)
+
+tokenizer:
+	@bash scripts/get_tokenizer.sh
+
+data: $(SHARDS)
+
+$(SHARDS): | build tokenizer
+	@bash scripts/get_data.sh
+	./$(BUILD)/codagpt prepare --input data/tinyshakespeare.txt --out data/tinyshakespeare --split-on-blank-lines
+
+train: data
+	./$(BUILD)/codagpt train --config $(CONFIG) $(ARGS)
+
+test: build tokenizer
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+
+clean:
+	rm -rf $(BUILD)

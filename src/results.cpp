@@ -1,0 +1,62 @@
+#include "results.hpp"
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "common.hpp"
+#include "fileio.hpp"
+
+namespace codagpt {
+namespace fs = std::filesystem;
+
+namespace {
+// The commit of the checkout the tool runs in; "unknown" outside a git checkout.
+std::string current_commit() {
+    std::string out;
+    if (FILE* p = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r")) {
+        char buf[64];
+        while (fgets(buf, sizeof buf, p)) out += buf;
+        pclose(p);
+    }
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    return out.empty() ? "unknown" : out;
+}
+
+std::string iso8601_now() {
+    const std::time_t t = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+    return buf;
+}
+}  // namespace
+
+void stamp_record(nlohmann::json& record, const std::string& command) {
+    record["commit"] = current_commit();
+    record["date"] = iso8601_now();
+    record["command"] = command;
+}
+
+void append_record(const std::string& path, const nlohmann::json& record) {
+    nlohmann::json records = nlohmann::json::array();
+    if (fs::exists(path)) {
+        std::ifstream f(path);
+        records = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+        if (!records.is_array()) throw Error(path + ": not a JSON array of benchmark records; not touching it");
+    }
+    records.push_back(record);
+    if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+    write_file_atomic(path, records.dump(2) + "\n");
+}
+
+std::string join_command(int argc, char** argv) {
+    std::string s;
+    for (int i = 0; i < argc; i++) {
+        if (i) s += ' ';
+        s += argv[i];
+    }
+    return s;
+}
+
+}  // namespace codagpt
