@@ -9,7 +9,7 @@ CMAKE_ARGS ?=
 CTEST_ARGS ?=
 SHARDS := data/tinyshakespeare/val_000000.bin
 
-.PHONY: all setup configure build test train data tokenizer clean
+.PHONY: all setup configure build test train data tokenizer corpus clean
 
 all: build
 
@@ -27,16 +27,18 @@ build: configure
 tokenizer:
 	@bash scripts/get_tokenizer.sh
 
+corpus:
+	@bash scripts/get_data.sh
+
 data: $(SHARDS)
 
-$(SHARDS): | build tokenizer
-	@bash scripts/get_data.sh
+$(SHARDS): | build tokenizer corpus
 	./$(BUILD)/codagpt prepare --input data/tinyshakespeare.txt --out data/tinyshakespeare --split-on-blank-lines
 
 train: data
 	./$(BUILD)/codagpt train --config $(CONFIG) $(ARGS)
 
-test: build tokenizer
+test: build tokenizer corpus
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
 
 clean:
