@@ -1,0 +1,30 @@
+// Causal multi-head self-attention as flash attention (the T x T matrix is never stored):
+// cuDNN's SDPA through its backend graph API when the build has cuDNN, else our own kernel.
+// qkv is the qkv GEMM's output [B, T, 3, NH, HS] (q, k, v each [B, T, NH, HS] with row stride 3C);
+// out (y) is [B, T, NH, HS] = [B, T, C]; lse [B, NH, T] fp32 (log-sum-exp of each score row,
+// natural log, scale 1/sqrt(HS) included) is kept for backward.
+#pragma once
+#include "common.cuh"
+
+namespace codagpt {
+
+class Attention {
+public:
+    // prefer_cudnn: use cuDNN when the build has it (tests pass false to check our own kernel).
+    explicit Attention(bool prefer_cudnn = true);
+    ~Attention();
+    Attention(const Attention&) = delete;
+    Attention& operator=(const Attention&) = delete;
+
+    const char* backend() const;  // "cudnn" or "flash" (own kernel)
+    void forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int HS, cudaStream_t stream);
+    // dqkv (overwritten) from dout, with qkv, out and lse of the forward.
+    void backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B, int T,
+                  int NH, int HS, cudaStream_t stream);
+
+private:
+    struct Impl;
+    Impl* impl_;
+};
+
+}  // namespace codagpt
