@@ -3,6 +3,10 @@
 // ("[in, out]", z = x W + b), so the GPU starts from exactly the CPU reference's weights.
 #pragma once
 #include <cublasLt.h>
+
+#include <map>
+#include <tuple>
+
 #include "common.cuh"
 
 namespace codagpt {
@@ -15,6 +19,7 @@ namespace codagpt {
                                    std::to_string((int)st_) + " (" __FILE__ ")");                 \
     } while (0)
 
+// Not thread-safe, and one workspace: use one Matmul per stream that runs GEMMs concurrently.
 class Matmul {
 public:
     Matmul();  // creates the handle and a 32 MiB workspace
@@ -39,9 +44,26 @@ public:
     void backward_nt_weight(float* db, const bf16* a, const bf16* dout, int M, int K, int N, cudaStream_t stream);
 
 private:
+    // One row-major GEMM: out[M, N] = alpha op(a) op(b) (+ bias[N]) + beta out, with op(a) [M, K] and
+    // op(b) [K, N]; a is stored [M, K] (or [K, M] when trans_a), b [K, N] (or [N, K] when trans_b).
+    // out is bf16, or fp32 when out_fp32.
+    void gemm(void* out, bool out_fp32, const bf16* a, bool trans_a, const bf16* b, bool trans_b, const bf16* bias,
+              int M, int K, int N, float alpha, float beta, cudaStream_t stream);
+
+    // Descriptors and the heuristic's algorithm for one (shape, op, alignment): made once, reused.
+    struct Plan {
+        cublasLtMatmulDesc_t desc = nullptr;
+        cublasLtMatrixLayout_t a = nullptr, b = nullptr, out = nullptr;
+        cublasLtMatmulAlgo_t algo{};
+    };
+    // M, K, N, trans_a, trans_b, out_fp32, bias, beta != 0, min alignment of a|b|out|bias in bytes
+    using PlanKey = std::tuple<int, int, int, bool, bool, bool, bool, bool, int>;
+    const Plan& plan(const PlanKey& key);
+
     cublasLtHandle_t handle_ = nullptr;
     void* workspace_ = nullptr;
     size_t workspace_bytes_ = 32u << 20;
+    std::map<PlanKey, Plan> plans_;
 };
 
 }  // namespace codagpt
