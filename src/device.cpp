@@ -28,4 +28,16 @@ std::string cuda_device_name() {
     return "";
 }
 
+double peak_bf16_flops(const std::string& name) {
+    // Datasheet dense bf16 rates; MFU is reported against these, as llm.c and nanoGPT do.
+    struct Peak { const char* match; double flops; };
+    static const Peak table[] = {
+        {"H200", 989.4e12},    {"H100 PCIe", 756.0e12}, {"H100", 989.4e12}, {"GH200", 989.4e12},
+        {"A100", 312.0e12},    {"L40S", 362.1e12},      {"A10", 125.0e12},
+    };
+    for (const Peak& p : table)
+        if (name.find(p.match) != std::string::npos) return p.flops;
+    return 0;
+}
+
 }  // namespace codagpt

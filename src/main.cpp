@@ -34,6 +34,10 @@ int main(int argc, char** argv) {
     train->add_option("--device", train_opt.device, "auto (GPU when present), cpu or cuda")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
         ->capture_default_str();
+    train->add_option("--recompute", train_opt.recompute,
+                      "none, or gelu: keep no GELU outputs from forward, recompute them in backward (GPU)")
+        ->check(CLI::IsMember({"none", "gelu"}))
+        ->capture_default_str();
     train->add_flag("-q,--quiet", train_opt.quiet, "Print only evaluation and summary lines");
     train->add_option("--bench-json", train_opt.bench_json,
                       "Append a benchmark record (steady-state tok/s, ms/step, losses) to this JSON file");

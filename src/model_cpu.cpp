@@ -19,44 +19,6 @@ namespace {
 
 // ---------------------------------------------------------------- parameter and activation lists
 
-enum class Init { zeros, ones, normal, normal_residual };
-
-// The parameter tensors in storage order: param_layout(), the buffer views and init() all walk
-// this one list, so a tensor is always addressed by name. fn(name, field, size, decay, init).
-template <typename F, typename Fn>
-void for_each_param(GPT2Params<F>& p, const ModelConfig& m, Fn&& fn) {
-    const size_t L = m.n_layer, C = m.n_embd, Vp = m.padded_vocab(), maxT = m.max_seq_len;
-    fn("wte", p.wte, Vp * C, true, Init::normal);
-    fn("wpe", p.wpe, maxT * C, true, Init::normal);
-    fn("ln1_w", p.ln1_w, L * C, false, Init::ones);
-    fn("ln1_b", p.ln1_b, L * C, false, Init::zeros);
-    fn("qkv_w", p.qkv_w, L * C * 3 * C, true, Init::normal);
-    fn("qkv_b", p.qkv_b, L * 3 * C, false, Init::zeros);
-    fn("proj_w", p.proj_w, L * C * C, true, Init::normal_residual);
-    fn("proj_b", p.proj_b, L * C, false, Init::zeros);
-    fn("ln2_w", p.ln2_w, L * C, false, Init::ones);
-    fn("ln2_b", p.ln2_b, L * C, false, Init::zeros);
-    fn("fc_w", p.fc_w, L * C * 4 * C, true, Init::normal);
-    fn("fc_b", p.fc_b, L * 4 * C, false, Init::zeros);
-    fn("fcproj_w", p.fcproj_w, L * 4 * C * C, true, Init::normal_residual);
-    fn("fcproj_b", p.fcproj_b, L * C, false, Init::zeros);
-    fn("lnf_w", p.lnf_w, C, false, Init::ones);
-    fn("lnf_b", p.lnf_b, C, false, Init::zeros);
-}
-
-// One layer's slice of the stacked parameters.
-template <typename F>
-struct LayerParams {
-    F *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
-};
-
-template <typename F>
-LayerParams<F> layer_params(const GPT2Params<F>& p, size_t l, size_t C) {
-    return {p.ln1_w + l * C,         p.ln1_b + l * C,  p.qkv_w + l * C * 3 * C, p.qkv_b + l * 3 * C,
-            p.proj_w + l * C * C,    p.proj_b + l * C, p.ln2_w + l * C,         p.ln2_b + l * C,
-            p.fc_w + l * C * 4 * C,  p.fc_b + l * 4 * C, p.fcproj_w + l * 4 * C * C, p.fcproj_b + l * C};
-}
-
 // Activations kept by forward for backward; the gradient buffer uses the same layout (its
 // mean/rstd/att/inv_sum/losses slots stay unused). Layer tensors are stacked over layers.
 template <typename F>
@@ -157,6 +119,33 @@ std::vector<ParamInfo> param_layout(const ModelConfig& m) {
     return layout;
 }
 
+std::vector<float> gpt2_init_params(const ModelConfig& m, uint64_t seed) {
+    constexpr size_t kChunk = size_t(1) << 20;
+    const double std_normal = 0.02, std_residual = 0.02 / std::sqrt(2.0 * m.n_layer);
+    const size_t real_wte = (size_t)m.vocab_size * m.n_embd;
+    size_t total = 0;
+    for (const ParamInfo& p : param_layout(m)) total += p.size;
+    std::vector<float> w(total);
+    GPT2Params<float> pv = param_views(w.data(), m);
+    uint64_t tensor = 0;
+    for_each_param(pv, m, [&](const char*, float*& ptr, size_t size, bool, Init init) {
+        std::fill(ptr, ptr + size, init == Init::ones ? 1.0f : 0.0f);
+        const uint64_t index = tensor++;
+        if (init != Init::normal && init != Init::normal_residual) return;
+        const double sigma = init == Init::normal ? std_normal : std_residual;
+        const size_t drawn = ptr == pv.wte ? real_wte : size;
+        float* const out = ptr;
+        const long chunks = (long)((drawn + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(dynamic)
+        for (long k = 0; k < chunks; k++) {
+            Rng rng(seed ^ ((index + 1) << 48) ^ ((uint64_t)k * 0x9E3779B97F4A7C15ull));
+            const size_t end = std::min(drawn, (size_t)(k + 1) * kChunk);
+            for (size_t i = (size_t)k * kChunk; i < end; i++) out[i] = (float)(sigma * rng.normal());
+        }
+    });
+    return w;
+}
+
 template <typename F>
 GPT2CPU<F>::GPT2CPU(const ModelConfig& cfg) : cfg_(cfg), layout_(param_layout(cfg)) {
     size_t n = 0;
@@ -168,33 +157,13 @@ GPT2CPU<F>::GPT2CPU(const ModelConfig& cfg) : cfg_(cfg), layout_(param_layout(cf
 
 template <typename F>
 GPT2Params<F> GPT2CPU<F>::view(F* base) const {
-    GPT2Params<F> v{};
-    for_each_param(v, cfg_, [&](const char*, F*& ptr, size_t size, bool, Init) {
-        ptr = base;
-        base += size;
-    });
-    return v;
+    return param_views(base, cfg_);
 }
 
-// Draw order (GPU paths reproduce these weights from the same seed): one Rng(seed) stream, tensors
-// in param_layout order, elements in storage order, one Rng::normal() per drawn element, scaled
-// in double and then rounded to F. Drawn: wte (real vocabulary rows only; the padded rows are 0),
-// wpe, qkv_w, fc_w with std 0.02; proj_w, fcproj_w with 0.02 / sqrt(2L). Nothing is drawn for
-// biases (0) and LayerNorm weights (1) and biases (0).
 template <typename F>
 void GPT2CPU<F>::init(uint64_t seed) {
-    Rng rng(seed);
-    GPT2Params<F> pv = p();
-    const F* wte = pv.wte;
-    const size_t real_wte = (size_t)cfg_.vocab_size * cfg_.n_embd;
-    const double std_normal = 0.02, std_residual = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
-    for_each_param(pv, cfg_, [&](const char*, F*& ptr, size_t size, bool, Init init) {
-        std::fill(ptr, ptr + size, init == Init::ones ? F(1) : F(0));
-        if (init != Init::normal && init != Init::normal_residual) return;
-        const double sigma = init == Init::normal ? std_normal : std_residual;
-        const size_t drawn = ptr == wte ? real_wte : size;
-        for (size_t i = 0; i < drawn; i++) ptr[i] = F(sigma * rng.normal());
-    });
+    const std::vector<float> w = gpt2_init_params(cfg_, seed);
+    std::copy(w.begin(), w.end(), params.begin());
 }
 
 template <typename F>

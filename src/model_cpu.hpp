@@ -11,49 +11,16 @@
 #include <string>
 #include <vector>
 #include "config.hpp"
+#include "gpt2_params.hpp"
 
 namespace codagpt {
-
-// Parameters by name. Layer tensors are stacked over layers, llm.c-style:
-// e.g. qkv_w is [L, C, 3C]. Matrices are stored [in, out] (z = x W + b).
-template <typename F>
-struct GPT2Params {
-    F* wte;     // [Vp, C]  token embedding, tied LM head
-    F* wpe;     // [maxT, C]
-    F* ln1_w;   // [L, C]
-    F* ln1_b;   // [L, C]
-    F* qkv_w;   // [L, C, 3C]
-    F* qkv_b;   // [L, 3C]
-    F* proj_w;  // [L, C, C]
-    F* proj_b;  // [L, C]
-    F* ln2_w;   // [L, C]
-    F* ln2_b;   // [L, C]
-    F* fc_w;    // [L, C, 4C]
-    F* fc_b;    // [L, 4C]
-    F* fcproj_w;  // [L, 4C, C]
-    F* fcproj_b;  // [L, C]
-    F* lnf_w;   // [C]
-    F* lnf_b;   // [C]
-};
-
-// Name, element count and whether AdamW decays it (matrices and embeddings yes; biases and
-// LayerNorm no), in storage order. Both the parameter and gradient buffers follow it.
-struct ParamInfo {
-    std::string name;
-    size_t size;
-    bool decay;
-};
-std::vector<ParamInfo> param_layout(const ModelConfig& m);
 
 template <typename F>
 class GPT2CPU {
 public:
     explicit GPT2CPU(const ModelConfig& cfg);
 
-    // GPT-2 init from a portable RNG (same numbers on every platform): N(0, 0.02) weights,
-    // residual projections scaled by 1/sqrt(2L), zero biases, LayerNorm weight 1, bias 0,
-    // padded vocabulary rows zero. The draw order, which GPU paths reproduce, is documented at
-    // the definition.
+    // Sets the parameters to gpt2_init_params(cfg, seed) (gpt2_params.hpp).
     void init(uint64_t seed);
 
     // Forward of B x T tokens (T <= max_seq_len). With targets, returns the mean cross-entropy

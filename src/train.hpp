@@ -7,6 +7,7 @@ namespace codagpt {
 
 struct TrainOptions {
     std::string device = "auto";  // auto | cpu | cuda
+    std::string recompute = "none";  // none | gelu: recompute GELU outputs in backward (GPU memory)
     bool quiet = false;           // only the summary lines (metrics still go to the JSONL file)
     std::string bench_json;       // append a benchmark record (bench/results format) to this file
     std::string command;          // the command line, for that record

@@ -1,0 +1,95 @@
+#include "backend.hpp"
+
+#include <cstdio>
+#include <omp.h>
+
+#include "common.hpp"
+#include "model_cpu.hpp"
+#include "optim_cpu.hpp"
+#ifdef CODAGPT_HAVE_CUDA
+#include <cuda_runtime.h>
+#include "device.hpp"
+#include "model_gpu.hpp"
+#endif
+
+namespace codagpt {
+
+namespace {
+
+class CPUBackend final : public TrainBackend {
+public:
+    explicit CPUBackend(const TrainConfig& c) : model_(c.model), optimizer_(param_layout(c.model)), B_(c.batch_size), T_(c.seq_len) {
+        model_.init(c.seed);
+    }
+    std::string describe() const override {
+        return "CPU reference (fp32, " + std::to_string(omp_get_max_threads()) + " threads)";
+    }
+    size_t num_params() const override { return model_.params.size(); }
+    void zero_grad() override { model_.zero_grad(); }
+    double forward_backward(const int* inputs, const int* targets, float grad_scale) override {
+        const double loss = model_.forward(inputs, targets, B_, T_);
+        model_.backward(grad_scale);
+        return loss;
+    }
+    double evaluate(const int* inputs, const int* targets) override { return model_.forward(inputs, targets, B_, T_); }
+    double update(double lr, const TrainConfig& c) override {
+        const double norm = global_grad_norm(model_.grads.data(), model_.grads.size());
+        optimizer_.step(model_.params.data(), model_.grads.data(), lr, norm, c);
+        return norm;
+    }
+
+private:
+    GPT2CPU<float> model_;
+    AdamWCPU optimizer_;
+    int B_, T_;
+};
+
+#ifdef CODAGPT_HAVE_CUDA
+class GPUBackend final : public TrainBackend {
+public:
+    GPUBackend(const TrainConfig& c, const GPUBackendOptions& opt)
+        : model_(c.model, c.batch_size, c.seq_len, GPUModelOptions{opt.recompute_gelu, true}) {
+        model_.set_params(gpt2_init_params(c.model, c.seed));  // the CPU reference's weights for this seed
+        recompute_ = opt.recompute_gelu;
+    }
+    std::string describe() const override {
+        return "GPU " + cuda_device_name() + " (unfused, bf16, attention " + model_.attention_backend() +
+               (recompute_ ? ", GELU recomputed" : "") + ")";
+    }
+    size_t num_params() const override { return model_.num_params(); }
+    void zero_grad() override { model_.zero_grad(); }
+    double forward_backward(const int* inputs, const int* targets, float grad_scale) override {
+        const double loss = model_.forward(inputs, targets, /*backward_next=*/true, grad_scale);
+        model_.backward();
+        return loss;
+    }
+    double evaluate(const int* inputs, const int* targets) override { return model_.forward(inputs, targets, false); }
+    double update(double lr, const TrainConfig& c) override { return model_.update(lr, c); }
+    double device_memory_mib() const override {
+        size_t free = 0, total = 0;
+        if (cudaMemGetInfo(&free, &total) != cudaSuccess) return -1;
+        return (total - free) / (1024.0 * 1024.0);
+    }
+
+private:
+    GPT2GPU model_;
+    bool recompute_ = false;
+};
+#endif
+
+}  // namespace
+
+std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& c) { return std::make_unique<CPUBackend>(c); }
+
+std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt) {
+#ifdef CODAGPT_HAVE_CUDA
+    if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
+    return std::make_unique<GPUBackend>(c, opt);
+#else
+    (void)c;
+    (void)opt;
+    throw Error("this build has no CUDA support (configure with nvcc on PATH)");
+#endif
+}
+
+}  // namespace codagpt

@@ -1,0 +1,34 @@
+// What the training loop needs from a model on some device: the CPU reference or a GPU path.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "config.hpp"
+
+namespace codagpt {
+
+class TrainBackend {
+public:
+    virtual ~TrainBackend() = default;
+    virtual std::string describe() const = 0;  // for the log: device, path, attention backend
+    virtual size_t num_params() const = 0;
+    virtual void zero_grad() = 0;
+    // Forward and backward of one micro-batch (host token ids, B*T each); gradients accumulate
+    // scaled by grad_scale. Returns the mean loss of the micro-batch.
+    virtual double forward_backward(const int* inputs, const int* targets, float grad_scale) = 0;
+    virtual double evaluate(const int* inputs, const int* targets) = 0;  // mean loss, no gradients
+    // Global-norm clipping and one AdamW step; returns the gradient norm before clipping.
+    virtual double update(double lr, const TrainConfig& c) = 0;
+    // Device memory in use (total - free, as llm.c reports it), or -1 where not applicable.
+    virtual double device_memory_mib() const { return -1; }
+};
+
+std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& c);
+
+struct GPUBackendOptions {
+    bool recompute_gelu = false;
+};
+// Throws Error when the build has no CUDA or no GPU is visible.
+std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt);
+
+}  // namespace codagpt

@@ -1,0 +1,273 @@
+// The unfused GPU model: forward and backward as a sequence of kernel launches, in the order of
+// the CPU reference (src/model_cpu.cpp), one op per kernel. Host code only: the device code lives
+// in kernels/, one file per kernel family.
+#include "model_gpu.hpp"
+
+#include <algorithm>
+
+#include "adamw.cuh"
+#include "attention.cuh"
+#include "bias.cuh"
+#include "classifier.cuh"
+#include "encoder.cuh"
+#include "gelu.cuh"
+#include "layernorm.cuh"
+#include "matmul.cuh"
+
+namespace codagpt {
+
+struct GPT2GPU::Impl {
+    ModelConfig cfg;
+    GPUModelOptions opt;
+    int B, T;
+    std::vector<ParamInfo> layout;
+    size_t n_params = 0;
+
+    Matmul matmul;
+    Attention attention;
+    cudaStream_t stream = nullptr;
+    EncoderBuckets* buckets = nullptr;
+
+    // parameters, gradients, optimizer state (flat, param_layout order)
+    bf16* params = nullptr;
+    float *master = nullptr, *grads = nullptr, *m = nullptr, *v = nullptr;
+    GPT2Params<bf16> p;
+    GPT2Params<float> g;
+
+    // activations kept for backward, stacked over layers
+    bf16 *encoded, *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3, *lnf, *logits;
+    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd, *losses;
+    // scratch: gradients flowing backward, GEMM outputs consumed at once, reduction partials
+    bf16 *dresidual, *dbtc, *dbt4c, *dqkv, *btc;
+    float *reduce_scratch, *norm_scratch, *scalars;  // scalars: norm^2, norm, grad_scale
+    int *inputs, *targets;
+    std::vector<void*> allocations;
+    int step = 0;  // optimizer steps taken (AdamW bias correction)
+
+    template <typename T>
+    T* alloc(size_t n) {
+        void* ptr = nullptr;
+        CUDA_CHECK(cudaMalloc(&ptr, n * sizeof(T)));
+        allocations.push_back(ptr);
+        return static_cast<T*>(ptr);
+    }
+
+    Impl(const ModelConfig& c, int B_, int T_, const GPUModelOptions& o)
+        : cfg(c), opt(o), B(B_), T(T_), layout(param_layout(c)), attention(o.prefer_cudnn) {
+        CUDA_CHECK(cudaStreamCreate(&stream));
+        for (const ParamInfo& t : layout) n_params += t.size;
+        const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab();
+        const size_t BT = (size_t)B * T, BTC = BT * C;
+
+        params = alloc<bf16>(n_params);
+        master = alloc<float>(n_params);
+        grads = alloc<float>(n_params);
+        m = alloc<float>(n_params);
+        v = alloc<float>(n_params);
+        CUDA_CHECK(cudaMemset(m, 0, n_params * sizeof(float)));
+        CUDA_CHECK(cudaMemset(v, 0, n_params * sizeof(float)));
+        p = param_views(params, cfg);
+        g = param_views(grads, cfg);
+
+        encoded = alloc<bf16>(BTC);
+        ln1 = alloc<bf16>(L * BTC);
+        ln1_mean = alloc<float>(L * BT);
+        ln1_rstd = alloc<float>(L * BT);
+        qkv = alloc<bf16>(L * 3 * BTC);
+        atty = alloc<bf16>(L * BTC);
+        lse = alloc<float>(L * B * NH * T);
+        residual2 = alloc<bf16>(L * BTC);
+        ln2 = alloc<bf16>(L * BTC);
+        ln2_mean = alloc<float>(L * BT);
+        ln2_rstd = alloc<float>(L * BT);
+        fch = alloc<bf16>(L * 4 * BTC);
+        fch_gelu = alloc<bf16>((opt.recompute_gelu ? 1 : L) * 4 * BTC);
+        residual3 = alloc<bf16>(L * BTC);
+        lnf = alloc<bf16>(BTC);
+        lnf_mean = alloc<float>(BT);
+        lnf_rstd = alloc<float>(BT);
+        logits = alloc<bf16>(BT * Vp);
+        losses = alloc<float>(BT);
+
+        dresidual = alloc<bf16>(BTC);
+        dbtc = alloc<bf16>(BTC);
+        btc = alloc<bf16>(BTC);
+        dbt4c = alloc<bf16>(4 * BTC);
+        dqkv = alloc<bf16>(3 * BTC);
+        const size_t reduce = std::max({layernorm_backward_scratch_floats((int)BT, (int)C),
+                                        bias_backward_scratch_floats((int)BT, (int)(4 * C)),
+                                        bias_backward_scratch_floats((int)BT, (int)(3 * C))});
+        reduce_scratch = alloc<float>(reduce);
+        norm_scratch = alloc<float>(global_norm_scratch_floats());
+        scalars = alloc<float>(4);
+        inputs = alloc<int>(BT);
+        targets = alloc<int>(BT);
+        buckets = encoder_buckets_create((int)BT);
+    }
+
+    ~Impl() {
+        encoder_buckets_destroy(buckets);
+        for (void* ptr : allocations) cudaFree(ptr);
+        if (stream) cudaStreamDestroy(stream);
+    }
+
+    // Residual stream entering layer l.
+    bf16* residual_in(size_t l) const { return l == 0 ? encoded : residual3 + (l - 1) * (size_t)B * T * cfg.n_embd; }
+    bf16* gelu_out(size_t l) const { return fch_gelu + (opt.recompute_gelu ? 0 : l) * 4 * (size_t)B * T * cfg.n_embd; }
+
+    double forward(const int* in_host, const int* tgt_host, bool backward_next, float grad_scale) {
+        const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, V = cfg.vocab_size;
+        const int Vp = cfg.padded_vocab(), BT = B * T;
+        const size_t BTC = (size_t)BT * C;
+        CUDA_CHECK(cudaMemcpyAsync(inputs, in_host, BT * sizeof(int), cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaMemcpyAsync(targets, tgt_host, BT * sizeof(int), cudaMemcpyHostToDevice, stream));
+        if (backward_next) encoder_buckets_build(buckets, in_host, B, T, stream);
+
+        encoder_forward(encoded, inputs, p.wte, p.wpe, B, T, C, stream);
+        for (int l = 0; l < L; l++) {
+            const LayerParams<bf16> w = layer_params(p, l, C);
+            bf16* const l_ln1 = ln1 + l * BTC;
+            bf16* const l_qkv = qkv + l * 3 * BTC;
+            bf16* const l_atty = atty + l * BTC;
+            bf16* const l_res2 = residual2 + l * BTC;
+            bf16* const l_ln2 = ln2 + l * BTC;
+            bf16* const l_fch = fch + l * 4 * BTC;
+            layernorm_forward(l_ln1, ln1_mean + l * BT, ln1_rstd + l * BT, residual_in(l), w.ln1_w, w.ln1_b, BT, C, stream);
+            matmul.forward(l_qkv, l_ln1, w.qkv_w, w.qkv_b, BT, C, 3 * C, stream);
+            attention.forward(l_atty, lse + (size_t)l * B * NH * T, l_qkv, B, T, NH, HS, stream);
+            matmul.forward(btc, l_atty, w.proj_w, w.proj_b, BT, C, C, stream);
+            residual_forward(l_res2, residual_in(l), btc, BTC, stream);
+            layernorm_forward(l_ln2, ln2_mean + l * BT, ln2_rstd + l * BT, l_res2, w.ln2_w, w.ln2_b, BT, C, stream);
+            matmul.forward(l_fch, l_ln2, w.fc_w, w.fc_b, BT, C, 4 * C, stream);
+            gelu_forward(gelu_out(l), l_fch, 4 * BTC, stream);
+            matmul.forward(btc, gelu_out(l), w.fcproj_w, w.fcproj_b, BT, 4 * C, C, stream);
+            residual_forward(residual3 + l * BTC, l_res2, btc, BTC, stream);
+        }
+        layernorm_forward(lnf, lnf_mean, lnf_rstd, residual_in(L), p.lnf_w, p.lnf_b, BT, C, stream);
+        matmul.forward_nt(logits, lnf, p.wte, BT, C, Vp, stream);
+        fused_classifier(logits, losses, targets, BT, V, Vp, grad_scale / BT, backward_next, stream);
+
+        std::vector<float> host(BT);
+        CUDA_CHECK(cudaMemcpyAsync(host.data(), losses, BT * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        double sum = 0;
+        for (float x : host) sum += x;
+        return sum / BT;
+    }
+
+    void backward() {
+        const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH;
+        const int Vp = cfg.padded_vocab(), BT = B * T;
+        const size_t BTC = (size_t)BT * C;
+        // LM head (tied): logits now hold dlogits
+        matmul.backward_nt_weight(g.wte, lnf, logits, BT, C, Vp, stream);
+        matmul.backward_nt_input(dbtc, logits, p.wte, BT, C, Vp, /*accumulate=*/false, stream);
+        CUDA_CHECK(cudaMemsetAsync(dresidual, 0, BTC * sizeof(bf16), stream));
+        layernorm_backward(dresidual, g.lnf_w, g.lnf_b, reduce_scratch, dbtc, residual_in(L), p.lnf_w, lnf_mean,
+                           lnf_rstd, BT, C, stream);
+
+        for (int l = L - 1; l >= 0; l--) {
+            const LayerParams<bf16> w = layer_params(p, l, C);
+            const LayerParams<float> dw = layer_params(g, l, C);
+            bf16* const l_ln1 = ln1 + l * BTC;
+            bf16* const l_qkv = qkv + l * 3 * BTC;
+            bf16* const l_atty = atty + l * BTC;
+            bf16* const l_res2 = residual2 + l * BTC;
+            bf16* const l_ln2 = ln2 + l * BTC;
+            bf16* const l_fch = fch + l * 4 * BTC;
+            // dresidual is the gradient of residual3[l] = residual2 + fcproj(gelu(fc(ln2)))
+            if (opt.recompute_gelu) gelu_forward(gelu_out(l), l_fch, 4 * BTC, stream);
+            matmul.backward_weight(dw.fcproj_w, gelu_out(l), dresidual, BT, 4 * C, C, stream);
+            bias_backward(dw.fcproj_b, reduce_scratch, dresidual, BT, C, stream);
+            matmul.backward_input(dbt4c, dresidual, w.fcproj_w, BT, 4 * C, C, false, stream);
+            gelu_backward(dbt4c, l_fch, dbt4c, 4 * BTC, stream);
+            matmul.backward_weight(dw.fc_w, l_ln2, dbt4c, BT, C, 4 * C, stream);
+            bias_backward(dw.fc_b, reduce_scratch, dbt4c, BT, 4 * C, stream);
+            matmul.backward_input(dbtc, dbt4c, w.fc_w, BT, C, 4 * C, false, stream);
+            layernorm_backward(dresidual, dw.ln2_w, dw.ln2_b, reduce_scratch, dbtc, l_res2, w.ln2_w,
+                               ln2_mean + l * BT, ln2_rstd + l * BT, BT, C, stream);
+            // dresidual is now the gradient of residual2 = residual_in + proj(attention(qkv(ln1)))
+            matmul.backward_weight(dw.proj_w, l_atty, dresidual, BT, C, C, stream);
+            bias_backward(dw.proj_b, reduce_scratch, dresidual, BT, C, stream);
+            matmul.backward_input(dbtc, dresidual, w.proj_w, BT, C, C, false, stream);
+            attention.backward(dqkv, dbtc, l_qkv, l_atty, lse + (size_t)l * B * NH * T, B, T, NH, HS, stream);
+            matmul.backward_weight(dw.qkv_w, l_ln1, dqkv, BT, C, 3 * C, stream);
+            bias_backward(dw.qkv_b, reduce_scratch, dqkv, BT, 3 * C, stream);
+            matmul.backward_input(dbtc, dqkv, w.qkv_w, BT, C, 3 * C, false, stream);
+            layernorm_backward(dresidual, dw.ln1_w, dw.ln1_b, reduce_scratch, dbtc, residual_in(l), w.ln1_w,
+                               ln1_mean + l * BT, ln1_rstd + l * BT, BT, C, stream);
+        }
+        encoder_backward(g.wte, g.wpe, dresidual, buckets, B, T, C, stream);
+    }
+
+    double update(double lr, const TrainConfig& c) {
+        float* const norm_sq = scalars;
+        float* const norm = scalars + 1;
+        float* const grad_scale = scalars + 2;
+        global_norm_squared(norm_sq, norm_scratch, grads, n_params, stream);
+        clip_scale(grad_scale, norm, norm_sq, (float)c.grad_clip, stream);
+        const int t = ++step;
+        size_t offset = 0;
+        for (const ParamInfo& info : layout) {
+            const AdamWArgs args{(float)lr, (float)c.beta1, (float)c.beta2, (float)c.adam_eps,
+                                 info.decay ? (float)c.weight_decay : 0.0f, t};
+            adamw_update(master + offset, params + offset, grads + offset, m + offset, v + offset, info.size, args,
+                         grad_scale, stream);
+            offset += info.size;
+        }
+        float host_norm = 0;
+        CUDA_CHECK(cudaMemcpyAsync(&host_norm, norm, sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        return host_norm;
+    }
+};
+
+GPT2GPU::GPT2GPU(const ModelConfig& cfg, int B, int T, const GPUModelOptions& opt)
+    : impl_(std::make_unique<Impl>(cfg, B, T, opt)) {
+    num_params_ = impl_->n_params;
+}
+GPT2GPU::~GPT2GPU() = default;
+
+void GPT2GPU::set_params(const std::vector<float>& params) {
+    if (params.size() != num_params_) throw Error("set_params: expected " + std::to_string(num_params_) + " values");
+    CUDA_CHECK(cudaMemcpy(impl_->master, params.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
+    std::vector<bf16> rounded(params.size());
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < params.size(); i++) rounded[i] = __float2bfloat16(params[i]);
+    CUDA_CHECK(cudaMemcpy(impl_->params, rounded.data(), num_params_ * sizeof(bf16), cudaMemcpyHostToDevice));
+}
+
+std::vector<float> GPT2GPU::master_params() const {
+    std::vector<float> h(num_params_);
+    CUDA_CHECK(cudaMemcpy(h.data(), impl_->master, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+std::vector<float> GPT2GPU::grads() const {
+    std::vector<float> h(num_params_);
+    CUDA_CHECK(cudaMemcpy(h.data(), impl_->grads, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+double GPT2GPU::forward(const int* inputs, const int* targets, bool backward_next, float grad_scale) {
+    return impl_->forward(inputs, targets, backward_next, grad_scale);
+}
+void GPT2GPU::backward() { impl_->backward(); }
+void GPT2GPU::zero_grad() {
+    CUDA_CHECK(cudaMemsetAsync(impl_->grads, 0, num_params_ * sizeof(float), impl_->stream));
+}
+double GPT2GPU::update(double lr, const TrainConfig& c) { return impl_->update(lr, c); }
+
+std::vector<float> GPT2GPU::logits() const {
+    const size_t n = (size_t)impl_->B * impl_->T * impl_->cfg.padded_vocab();
+    std::vector<bf16> h(n);
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    CUDA_CHECK(cudaMemcpy(h.data(), impl_->logits, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(h[i]);
+    return out;
+}
+
+const char* GPT2GPU::attention_backend() const { return impl_->attention.backend(); }
+
+}  // namespace codagpt

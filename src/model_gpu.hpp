@@ -1,0 +1,54 @@
+// GPT-2 on one GPU, unfused path: every op is its own kernel (kernels/), GEMMs through cuBLASLt,
+// attention through flash attention. bf16 parameters and activations, fp32 master weights, fp32
+// parameter gradients and AdamW moments. The layouts are the CPU reference's (param_layout(),
+// [in, out] matrices), so the GPU model starts from, and is tested against, GPT2CPU.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.hpp"
+#include "model_cpu.hpp"
+
+namespace codagpt {
+
+struct GPUModelOptions {
+    bool recompute_gelu = false;  // keep one GELU-output buffer, recomputed in backward (llm.c's -r 1)
+    bool prefer_cudnn = true;     // cuDNN flash attention when built with it, else our own kernel
+};
+
+class GPT2GPU {
+public:
+    // Allocates every buffer for micro-batches of B x T up front: the step loop never allocates.
+    GPT2GPU(const ModelConfig& cfg, int B, int T, const GPUModelOptions& opt);
+    ~GPT2GPU();
+    GPT2GPU(const GPT2GPU&) = delete;
+    GPT2GPU& operator=(const GPT2GPU&) = delete;
+
+    // Sets the fp32 master weights (and their bf16 copies) from a flat host vector in param_layout order.
+    void set_params(const std::vector<float>& params);
+    std::vector<float> master_params() const;  // fp32 weights of record
+    std::vector<float> grads() const;          // fp32 gradients, param_layout order
+
+    // Forward of one micro-batch (host token ids, B*T each). Returns the mean loss over its B*T
+    // positions. With backward_next, the classifier leaves dlogits scaled by grad_scale / (B*T)
+    // in place for backward().
+    double forward(const int* inputs, const int* targets, bool backward_next, float grad_scale = 1.0f);
+    void backward();  // accumulates into the fp32 gradients
+    void zero_grad();
+    // Global-norm clip and AdamW over all tensors (weight decay where ParamInfo::decay); returns the
+    // gradient norm before clipping.
+    double update(double lr, const TrainConfig& c);
+
+    std::vector<float> logits() const;  // [B*T, Vp] of the last forward, as floats (before dlogits)
+    const char* attention_backend() const;
+    size_t num_params() const { return num_params_; }
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    size_t num_params_ = 0;
+};
+
+}  // namespace codagpt
