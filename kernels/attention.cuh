@@ -3,6 +3,8 @@
 // qkv is the qkv GEMM's output [B, T, 3, NH, HS] (q, k, v each [B, T, NH, HS] with row stride 3C);
 // out (y) is [B, T, NH, HS] = [B, T, C]; lse [B, NH, T] fp32 (log-sum-exp of each score row,
 // natural log, scale 1/sqrt(HS) included) is kept for backward.
+// Head size: HS == 64 (every GPT-2 size); other head sizes are refused with an Error.
+// Pointers must be 16-byte aligned (cudaMalloc'd buffers and offsets of whole rows are).
 #pragma once
 #include "common.cuh"
 
@@ -17,6 +19,10 @@ public:
     Attention& operator=(const Attention&) = delete;
 
     const char* backend() const;  // "cudnn" or "flash" (own kernel)
+    // Builds what a shape needs (cuDNN plans, workspace, backward's row-dot buffer): the only place
+    // that allocates. forward/backward call it themselves when the shape changes, so a training
+    // loop allocates at its first step only; call it at set-up to keep allocation out of the loop.
+    void reserve(int B, int T, int NH, int HS);
     void forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int HS, cudaStream_t stream);
     // dqkv (overwritten) from dout, with qkv, out and lse of the forward.
     void backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B, int T,
