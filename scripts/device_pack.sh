@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds, on this machine, what a GPU machine without a package manager needs, into one folder
+# (default .carry/dev, git-ignored): the codagpt binary and GPU test binaries built for Hopper
+# (sm_90a) without -march=native and without the tokenizer (ICU), the prepared TinyShakespeare
+# shards, and the PyTorch peer benchmark. Run scripts/gpu_check.sh there with that folder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-.carry/dev}
+build=.carry/build-dev
+archs=${CODAGPT_DEVICE_ARCHS:-90a}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCODAGPT_NATIVE=OFF -DCODAGPT_TOKENIZER=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES="$archs" >/dev/null
+cmake --build "$build" -j"$(nproc)" --target codagpt test_gpu_kernels test_gpu_optim test_gpu_matmul \
+      test_gpu_attention test_gpu_model
+rm -rf "$out" && mkdir -p "$out/data"
+cp "$build/codagpt" "$build"/tests/test_gpu_* "$out/"
+[[ -f data/tinyshakespeare/val_000000.bin ]] || make data
+cp data/tinyshakespeare/*.bin "$out/data/"
+for peer in "${CODAGPT_SHARED:-../shared}/bench/torch_gpt2.py"; do
+  [[ -f "$peer" ]] && cp "$peer" "$out/"
+done
+du -sh "$out"
