@@ -103,6 +103,7 @@ struct GPT2GPU::Impl {
         inputs = alloc<int>(BT);
         targets = alloc<int>(BT);
         buckets = encoder_buckets_create((int)BT);
+        attention.reserve(B, T, (int)NH, (int)(C / NH));
     }
 
     ~Impl() {
