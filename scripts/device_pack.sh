@@ -13,7 +13,8 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCODAGPT_NATIVE=OFF -DCODAGPT
 cmake --build "$build" -j"$(nproc)" --target codagpt test_gpu_kernels test_gpu_optim test_gpu_matmul \
       test_gpu_attention test_gpu_model
 rm -rf "$out" && mkdir -p "$out/data"
-cp "$build/codagpt" "$build"/tests/test_gpu_* "$out/"
+cp "$build/codagpt" "$out/"
+find "$build/tests" -maxdepth 1 -name "test_gpu_*" -type f -executable -exec cp {} "$out/" \;
 [[ -f data/tinyshakespeare/val_000000.bin ]] || make data
 cp data/tinyshakespeare/*.bin "$out/data/"
 for peer in "${CODAGPT_SHARED:-../shared}/bench/torch_gpt2.py"; do
