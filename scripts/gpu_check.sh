@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # On a GPU machine: runs the GPU tests and/or the training benchmarks from a folder made by
-# scripts/device_pack.sh. Results (logs, bench JSON) go to $OUT (default ./gpu_out).
+# scripts/device_pack.sh. Everything lands in three files under $OUT (default ./gpu_out):
+# tests.log, bench.log and train_bench.json (benchmark records, bench/results format).
 #   bash scripts/gpu_check.sh DIR tests      every GPU test binary
-#   bash scripts/gpu_check.sh DIR bench      350M and 1.5B at B=16, T=1024 (codagpt unfused, PyTorch peer)
+#   bash scripts/gpu_check.sh DIR bench      350M and 1.5B at B=16, T=1024: codagpt (GELU kept and
+#                                            recomputed) and the PyTorch peer (eager and compiled)
+#   bash scripts/gpu_check.sh DIR all
 set -uo pipefail
 dir=$1; what=${2:-tests}
 out=${OUT:-gpu_out}; mkdir -p "$out"
-# cuDNN and cuBLASLt where the GPU machine keeps them (../shared/DEVICE.md)
+runs=$(mktemp -d)
+# cuBLASLt and cuDNN where the GPU machine keeps them (../shared/DEVICE.md)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 summary=()
@@ -15,11 +19,11 @@ if [[ $what == tests || $what == all ]]; then
   for t in "$dir"/test_gpu_*; do
     name=$(basename "$t")
     start=$(date +%s%N)
-    "$t" > "$out/$name.log" 2>&1; rc=$?
+    "$t" > "$runs/$name.log" 2>&1; rc=$?
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
-    line=$(grep -E "^\[  (PASSED|FAILED)  \]" "$out/$name.log" | tr '\n' ' ')
-    summary+=("$(printf '%-20s rc=%d %6d ms %s' "$name" "$rc" "$ms" "$line")")
-    grep -E "FAILED|Failure|error" "$out/$name.log" | head -20
+    { echo "===== $name (rc=$rc, $ms ms)"; cat "$runs/$name.log"; } >> "$out/tests.log"
+    summary+=("$(printf '%-20s rc=%d %6d ms %s' "$name" "$rc" "$ms" \
+                "$(grep -E '^\[  (PASSED|FAILED)  \]' "$runs/$name.log" | tr '\n' ' ')")")
   done
 fi
 
@@ -28,21 +32,25 @@ if [[ $what == bench || $what == all ]]; then
   json=$out/train_bench.json
   for model in gpt2-350m gpt2-1.5b; do
     for recompute in none gelu; do
-      "$dir/codagpt" train --config "configs/$model.json" --device cuda --steps "${STEPS:-25}" --recompute $recompute \
-        --out_dir "$out/run-$model-$recompute" "${data[@]}" --log_every 5 --bench-json "$json" \
-        > "$out/train-$model-$recompute.log" 2>&1
-      summary+=("$model recompute=$recompute: $(tail -2 "$out/train-$model-$recompute.log" | head -1)")
+      log=$runs/train-$model-$recompute.log
+      "$dir/codagpt" train --config "configs/$model.json" --device cuda --steps "${STEPS:-30}" --recompute $recompute \
+        --out_dir "$runs/run-$model-$recompute" "${data[@]}" --log_every 5 --bench-json "$json" > "$log" 2>&1
+      { echo "===== codagpt $model recompute=$recompute"; cat "$log"; } >> "$out/bench.log"
+      summary+=("codagpt $model recompute=$recompute: $(grep -E '^done|error' "$log")")
     done
   done
   if [[ -f "$dir/torch_gpt2.py" ]]; then
     for compile in 0 1; do
-      python3 "$dir/torch_gpt2.py" --layers 24 --dim 1024 --heads 16 --batch 16 --compile $compile \
-        --model gpt2-350m --json-out "$json" >> "$out/peer.log" 2>&1
-      python3 "$dir/torch_gpt2.py" --layers 48 --dim 1600 --heads 25 --batch 16 --compile $compile \
-        --model gpt2-1.5b --json-out "$json" >> "$out/peer.log" 2>&1
+      for shape in "gpt2-350m 24 1024 16" "gpt2-1.5b 48 1600 25"; do
+        read -r model layers dim heads <<< "$shape"
+        line=$(python3 "$dir/torch_gpt2.py" --layers "$layers" --dim "$dim" --heads "$heads" --batch 16 \
+               --compile $compile --model "$model" --json-out "$json" 2>>"$out/bench.log" | tail -1)
+        echo "===== pytorch $model compile=$compile: $line" >> "$out/bench.log"
+        summary+=("pytorch compile=$compile $model: $line")
+      done
     done
-    summary+=("$(grep -h '"peer"' "$out/peer.log")")
   fi
 fi
 
+rm -rf "$runs"
 printf '%s\n' "${summary[@]}"
