@@ -1,6 +1,7 @@
 #include "results.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -12,8 +13,10 @@ namespace codagpt {
 namespace fs = std::filesystem;
 
 namespace {
-// The commit of the checkout the tool runs in; "unknown" outside a git checkout.
+// The commit measured: $CODAGPT_COMMIT when set (a copy of the tree without .git, as on a
+// lent GPU machine), else the checkout's HEAD; "unknown" otherwise.
 std::string current_commit() {
+    if (const char* env = std::getenv("CODAGPT_COMMIT"); env && *env) return env;
     std::string out;
     if (FILE* p = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r")) {
         char buf[64];
