@@ -3,7 +3,7 @@
 // qkv is the qkv GEMM's output [B, T, 3, NH, HS] (q, k, v each [B, T, NH, HS] with row stride 3C);
 // out (y) is [B, T, NH, HS] = [B, T, C]; lse [B, NH, T] fp32 (log-sum-exp of each score row,
 // natural log, scale 1/sqrt(HS) included) is kept for backward.
-// Head size: HS == 64 (every GPT-2 size); other head sizes are refused with an Error.
+// Head size: HS in {16, 32, 64, 128} (64: every GPT-2 size; 16: gpt2-tiny); others are refused with an Error.
 // Pointers must be 16-byte aligned (cudaMalloc'd buffers and offsets of whole rows are).
 #pragma once
 #include "common.cuh"

@@ -5,7 +5,7 @@
 //  - out: the kernels feed the softmax probabilities P to the P.v product in bf16 (one rounding,
 //    relative 2^-9 at most per element, random sign, averaged over the keys) and round the output to
 //    bf16 once more (up to ~4e-3 relative): measured on the H200 1.5-2.0e-3; bound 1e-2.
-//  - lse: fp32 throughout (64-term fp32 dot products, exp2/log), measured <= 1e-6 absolute: bound
+//  - lse: fp32 throughout (HS-term fp32 dot products, exp2/log), measured <= 1e-6 absolute: bound
 //    1e-3 absolute, far below what a wrong mask or scale produces (>= 1e-2).
 //  - dq, dk, dv: besides P, dS = P * (dP - D) is rounded to bf16 before its two products, D comes
 //    from the bf16 output, and the results are rounded to bf16: three or four roundings of ~2^-9
@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "attention.cuh"
@@ -25,14 +26,13 @@ using namespace codagpt::test;
 
 namespace {
 
-constexpr int HS = 64;
-
 struct Reference {
     std::vector<double> out, lse, dqkv;
 };
 
 // Plain softmax attention in float64: qkv [B, T, 3, NH, HS], dout [B, T, NH, HS].
-Reference reference_attention(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int NH) {
+Reference reference_attention(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int NH,
+                              int HS) {
     const long C = (long)NH * HS, C3 = 3 * C;
     const double scale = 1.0 / std::sqrt((double)HS);
     Reference r;
@@ -113,12 +113,13 @@ bool same_bytes(const DeviceBuffer<X>& a, const DeviceBuffer<X>& b) {
     return std::memcmp(x.data(), y.data(), x.size() * sizeof(X)) == 0;
 }
 
-void check_backend(bool prefer_cudnn, int B, int T, int NH, uint64_t seed) {
-    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH));
+void check_backend(bool prefer_cudnn, int B, int T, int NH, int HS, uint64_t seed) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) +
+                 " HS=" + std::to_string(HS));
     const long C = (long)NH * HS, BT = (long)B * T;
     const auto qkv = random_bf16_values(BT * 3 * C, seed);
     const auto dout = random_bf16_values(BT * C, seed + 1);
-    const Reference ref = reference_attention(qkv, dout, B, T, NH);
+    const Reference ref = reference_attention(qkv, dout, B, T, NH, HS);
 
     Attention attn(prefer_cudnn);
     DeviceBuffer<bf16> d_qkv(BT * 3 * C), d_dout(BT * C);
@@ -144,8 +145,8 @@ void check_backend(bool prefer_cudnn, int B, int T, int NH, uint64_t seed) {
     const double e_dq = rel_error(part(dqkv, 0, BT, C), part(ref.dqkv, 0, BT, C));
     const double e_dk = rel_error(part(dqkv, 1, BT, C), part(ref.dqkv, 1, BT, C));
     const double e_dv = rel_error(part(dqkv, 2, BT, C), part(ref.dqkv, 2, BT, C));
-    std::printf("[%s] B=%d T=%4d NH=%d  out %.2e  lse(abs) %.2e  dq %.2e  dk %.2e  dv %.2e\n", attn.backend(), B, T,
-                NH, e_out, e_lse, e_dq, e_dk, e_dv);
+    std::printf("[%s] HS=%3d B=%d T=%4d NH=%d  out %.2e  lse(abs) %.2e  dq %.2e  dk %.2e  dv %.2e\n", attn.backend(),
+                HS, B, T, NH, e_out, e_lse, e_dq, e_dk, e_dv);
     EXPECT_LT(e_out, 1e-2);
     EXPECT_LT(e_lse, 1e-3);
     EXPECT_LT(e_dq, 1e-2);
@@ -157,17 +158,25 @@ void check_backend(bool prefer_cudnn, int B, int T, int NH, uint64_t seed) {
 }
 
 struct Shape {
-    int B, T, NH;
+    int B, T, NH, HS;
 };
-const Shape kShapes[] = {{2, 1, 2}, {2, 7, 3}, {2, 64, 4}, {2, 200, 3}, {2, 1024, 2}};
+// Every supported head size (16: gpt2-tiny, 64: GPT-2 124M..1.5B) at a single token, a partial tile,
+// one full tile and several tiles with a partial last one; a long sequence at HS = 64.
+std::vector<Shape> shapes() {
+    std::vector<Shape> v;
+    for (int HS : {16, 32, 64, 128})
+        for (int T : {1, 7, 64, 200}) v.push_back({2, T, T == 64 ? 4 : T == 1 ? 2 : 3, HS});
+    v.push_back({2, 1024, 2, 64});
+    return v;
+}
 
 bool have_cudnn() {
     Attention a(true);
     return std::strcmp(a.backend(), "cudnn") == 0;
 }
 
-void time_backend(bool prefer_cudnn) {
-    const int B = 16, T = 1024, NH = 25;
+void time_backend(bool prefer_cudnn, int NH, int HS) {
+    const int B = 16, T = 1024;
     const long C = (long)NH * HS, BT = (long)B * T;
     Attention attn(prefer_cudnn);
     DeviceBuffer<bf16> qkv(BT * 3 * C), dout(BT * C), out(BT * C), dqkv(BT * 3 * C);
@@ -209,25 +218,32 @@ void time_backend(bool prefer_cudnn) {
 TEST(GpuAttention, FlashMatchesReference) {
     REQUIRE_GPU();
     uint64_t seed = 100;
-    for (const Shape& s : kShapes) check_backend(false, s.B, s.T, s.NH, seed += 10);
+    for (const Shape& s : shapes()) check_backend(false, s.B, s.T, s.NH, s.HS, seed += 10);
 }
 
 TEST(GpuAttention, CudnnMatchesReference) {
     REQUIRE_GPU();
     if (!have_cudnn()) GTEST_SKIP() << "no cuDNN SDPA path in this build (Attention falls back to the own kernels)";
     uint64_t seed = 200;
-    for (const Shape& s : kShapes) check_backend(true, s.B, s.T, s.NH, seed += 10);
+    for (const Shape& s : shapes()) check_backend(true, s.B, s.T, s.NH, s.HS, seed += 10);
 }
 
 TEST(GpuAttention, RefusesOtherHeadSizes) {
     REQUIRE_GPU();
     Attention attn(false);
-    EXPECT_THROW(attn.forward(nullptr, nullptr, nullptr, 1, 16, 2, 128, 0), Error);
-    EXPECT_THROW(attn.reserve(1, 16, 2, 32), Error);
+    EXPECT_THROW(attn.forward(nullptr, nullptr, nullptr, 1, 16, 2, 48, 0), Error);
+    EXPECT_THROW(attn.backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 16, 2, 256, 0), Error);
+    EXPECT_THROW(attn.reserve(1, 16, 2, 8), Error);
+    try {
+        attn.reserve(1, 16, 2, 48);
+        ADD_FAILURE() << "head size 48 accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("16, 32, 64, 128"), std::string::npos) << e.what();
+    }
 }
 
 TEST(GpuAttention, Timing) {
     REQUIRE_GPU();
-    time_backend(false);
-    if (have_cudnn()) time_backend(true);
+    time_backend(false, 25, 64);  // GPT-2 1.5B's attention shape (other head sizes: time_backend(false, 1536 / HS, HS))
+    if (have_cudnn()) time_backend(true, 25, 64);
 }
