@@ -1,0 +1,246 @@
+// The epilogue programs of the GPT-2 schedule (CODA_GPT2.md), forward and backward, and the tiny
+// finalize functions that merge their partials. Each program is the one place its formula lives;
+// the contract they follow is in epilogue.cuh. Notation: rows i are tokens (for the dW GEMM, rows
+// k are input channels), columns j output features; r = rstd, b~ = b_folded, dz^ = dz_hat.
+// Activations are Act: bf16 in training; float lets tests check the algebra at fp32 precision.
+// Vectors, partials and parameter gradients are fp32.
+#pragma once
+#include "epilogue.cuh"
+
+namespace codagpt::coda {
+
+constexpr float kLnEps = 1e-5f;
+
+// LayerNorm folded into the consuming GEMM (A = raw residual x, B = W~ = diag(gamma) W):
+// z = LN(x) W + b = r*(acc - mu*c) + b~, with c the column sums of the bf16 W~ and b~ = beta W + b.
+struct LnFold {
+    RowVec mu, rstd;
+    ColVec c, b_folded;
+    template <class E>
+    CODA_HD float operator()(const E& e) const { return rstd(e) * (e.acc - mu(e) * c(e)) + b_folded(e); }
+};
+
+// The outputs a dz producer writes for the backward of a folded GEMM, from values already in
+// registers: dz^ = r*dz (the GEMM operand that replaces dz), row partials m1 = sum_j dz c_j and
+// m2 = sum_j dz (z - b~_j) (the 1/K of their means is applied by finalize_row_sum), column
+// partials db = sum_i dz and v = sum_i mu dz^. v uses the stored dz^, the exact operand of the dW
+// GEMM's acc = x^T dz^, so that acc - v = sum_i (x_i - mu_i) dz^_i cancels only rounding.
+template <class Act = bf16>
+struct FoldGradient {
+    RowVec mu, rstd;
+    ColVec c, b_folded;
+    StoreTile<Act> dz_hat;
+    RowPartials<Sum> m1, m2;
+    ColPartials<Sum> db, v;
+
+    struct Row {
+        Sum m1, m2;
+        CODA_HD void combine(const Row& o) { m1.combine(o.m1); m2.combine(o.m2); }
+    };
+    struct Col {
+        Sum db, v;
+        CODA_HD void combine(const Col& o) { db.combine(o.db); v.combine(o.v); }
+    };
+    // dz: the gradient of the stored pre-activation z at this element.
+    template <class E>
+    CODA_HD void element(const E& e, float dz, float z, Row& row, Col& col) const {
+        const float dzh = dz_hat.store(e, rstd(e) * dz);
+        row.m1.add(dz, c(e));
+        row.m2.add(dz, z - b_folded(e));
+        col.db.add(dz);
+        col.v.add(mu(e), dzh);
+    }
+    CODA_HD void write_row(const Row& row, RowSlot s) const { m1.write(row.m1, s); m2.write(row.m2, s); }
+    CODA_HD void write_col(const Col& col, ColSlot s) const { db.write(col.db, s); v.write(col.v, s); }
+};
+
+// ================================================================ forward
+
+// (1) qkv GEMM, A = x, B = W~qkv.
+// z = r*(acc - mu*c) + b~
+template <class Act = bf16>
+struct QkvForward : NoRowPartials, NoColPartials {
+    LnFold ln;
+    StoreTile<Act> z;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const { z.store(e, ln(e)); }
+};
+
+// (2) fc GEMM, A = x', B = W~fc; dual output.
+// f = r*(acc - mu*c) + b~ ; g = gelu(f)
+// g is taken from the stored f, as GeluBackward recomputes it, so both passes see the same g.
+template <class Act = bf16>
+struct FcForward : NoRowPartials, NoColPartials {
+    LnFold ln;
+    StoreTile<Act> f, g;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const { g.store(e, gelu(f.store(e, ln(e)))); }
+};
+
+// (3) proj / fcproj GEMM, A = y (or g), B = Wo (or Wp).
+// x' = acc + b + x ;  row partials of x': Welford (count, mean, M2) of the stored bf16 values
+// x_out may alias residual (each element is read before it is written, by the same thread).
+template <class Act = bf16>
+struct ResidualForward : NoColPartials {
+    ColVec bias;
+    LoadTile<Act> residual;
+    StoreTile<Act> x_out;
+    RowPartials<Welford> row_stats;
+
+    struct Row {
+        Welford x;
+        CODA_HD void combine(const Row& o) { x.combine(o.x); }
+    };
+    template <class E>
+    CODA_HD void element(const E& e, Row& row, Col&) const {
+        row.x.add(x_out.store(e, e.acc + bias(e) + residual(e)));
+    }
+    CODA_HD void write_row(const Row& row, RowSlot s) const { row_stats.write(row.x, s); }
+};
+
+// (4) LM head GEMM, A = x, B = W~e = diag(gamma_f) wte^T (no bias: b~ = beta_f wte^T).
+// z = r*(acc - mu*c) + b~ ;  row partials (max, sum exp) of z over j < vocab ;  z_target = z[i, target_i]
+// Statistics and target come from the stored logits, which the cross-entropy kernel turns into
+// softmax - onehot: so its softmax sums to one. Padded columns (j >= vocab) are stored, not counted.
+template <class Act = bf16>
+struct LmHeadForward : NoColPartials {
+    LnFold ln;
+    StoreTile<Act> logits;
+    int vocab = 0;
+    RowPartials<MaxSumExp> lse_partials;
+    Gather target_logit;
+
+    struct Row {
+        MaxSumExp z;
+        CODA_HD void combine(const Row& o) { z.combine(o.z); }
+    };
+    template <class E>
+    CODA_HD void element(const E& e, Row& row, Col&) const {
+        const float z = logits.store(e, ln(e));
+        if (e.j < vocab) row.z.add(z);
+        target_logit.take(e, z);
+    }
+    CODA_HD void write_row(const Row& row, RowSlot s) const { lse_partials.write(row.z, s); }
+};
+
+// ================================================================ backward
+
+// (5) dG GEMM, A = dres, B = Wp^T: GELU backward, then the dz-producer outputs of the fc fold.
+// df = acc * gelu'(f) ; g = gelu(f) ; dz^ = r*df, m1 += df*c, m2 += df*(f - b~), db += df, v += mu*dz^
+// g is re-emitted for the dW_p GEMM so the forward need not keep it; df itself is never stored.
+template <class Act = bf16>
+struct GeluBackward {
+    LoadTile<Act> f;
+    StoreTile<Act> g;
+    FoldGradient<Act> fold;  // of the fc GEMM: its mu, rstd, c, b~
+
+    using Row = typename FoldGradient<Act>::Row;
+    using Col = typename FoldGradient<Act>::Col;
+    template <class E>
+    CODA_HD void element(const E& e, Row& row, Col& col) const {
+        const float fv = f(e);
+        g.store(e, gelu(fv));
+        fold.element(e, e.acc * gelu_grad(fv), fv, row, col);
+    }
+    CODA_HD void write_row(const Row& row, RowSlot s) const { fold.write_row(row, s); }
+    CODA_HD void write_col(const Col& col, ColSlot s) const { fold.write_col(col, s); }
+};
+
+// (5') The one elementwise pass after attention backward (no GEMM: the engine runs it with
+// acc = 0): the dz-producer outputs of the qkv fold from dqkv and the stored qkv.
+// dz^ = r*dqkv, m1 += dqkv*c, m2 += dqkv*(qkv - b~), db += dqkv, v += mu*dz^
+template <class Act = bf16>
+struct QkvGradient {
+    LoadTile<Act> dqkv, qkv;
+    FoldGradient<Act> fold;  // of the qkv GEMM
+
+    using Row = typename FoldGradient<Act>::Row;
+    using Col = typename FoldGradient<Act>::Col;
+    template <class E>
+    CODA_HD void element(const E& e, Row& row, Col& col) const { fold.element(e, dqkv(e), qkv(e), row, col); }
+    CODA_HD void write_row(const Row& row, RowSlot s) const { fold.write_row(row, s); }
+    CODA_HD void write_col(const Col& col, ColSlot s) const { fold.write_col(col, s); }
+};
+
+// (6) dX GEMM through a fold, A = dz^, B = W~^T: LayerNorm backward plus the residual gradient.
+// dx = acc - r*m1 - r*xhat*m2 + dres ,  xhat = (x - mu)*r ;  column partials: sum_i dx
+// m1, m2 are the finalized means (finalize_row_sum with 1/K). The column sums of dx are the bias
+// gradient of the GEMM that produced x (proj / fcproj). dres is null where no gradient passes
+// through (the final LayerNorm); dx_out may alias dres.
+template <class Act = bf16>
+struct LnBackwardX : NoRowPartials {
+    RowVec mu, rstd, m1, m2;
+    LoadTile<Act> x, dres;
+    StoreTile<Act> dx_out;
+    ColPartials<Sum> bias_grad;
+
+    struct Col {
+        Sum dx;
+        CODA_HD void combine(const Col& o) { dx.combine(o.dx); }
+    };
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col& col) const {
+        const float r = rstd(e), xhat = (x(e) - mu(e)) * r;
+        const float dx = e.acc - r * m1(e) - r * xhat * m2(e) + (dres ? dres(e) : 0.f);
+        dx_out.store(e, dx);
+        col.dx.add(dx);
+    }
+    CODA_HD void write_col(const Col& col, ColSlot s) const { bias_grad.write(col.dx, s); }
+};
+
+// (7) dW GEMM through a fold, A = x^T, B = dz^ (reduction over tokens); rows k are the K input
+// channels of the folded GEMM, columns j its N outputs; acc_kj = sum_i x_ik dz^_ij.
+// G = acc - v ;  dW (+)= gamma (.)row G + beta (x) db ;  row partials dgamma_k = sum_j W_kj G_kj, dbeta_k = sum_j W_kj db_j
+// (G = xhat^T dz; v and db are the finalized column sums of the dz producer.) w is the unfolded
+// weight (fp32 master), dw the fp32 gradient; both transposed for the tied LM head (wte is [V, C]).
+struct LnBackwardW : NoColPartials {
+    RowVec gamma, beta;
+    ColVec v, db;
+    LoadTile<float> w;
+    AccumulateTile<float> dw;
+    RowPartials<Sum> dgamma, dbeta;
+
+    struct Row {
+        Sum dgamma, dbeta;
+        CODA_HD void combine(const Row& o) { dgamma.combine(o.dgamma); dbeta.combine(o.dbeta); }
+    };
+    template <class E>
+    CODA_HD void element(const E& e, Row& row, Col&) const {
+        const float G = e.acc - v(e), w_kj = w(e);
+        dw.add(e, gamma(e) * G + beta(e) * db(e));
+        row.dgamma.add(w_kj, G);
+        row.dbeta.add(w_kj, db(e));
+    }
+    CODA_HD void write_row(const Row& row, RowSlot s) const { dgamma.write(row.dgamma, s); dbeta.write(row.dbeta, s); }
+};
+
+// ================================================================ finalize (one thread per row or column)
+
+// LayerNorm statistics of row i from ResidualForward's Welford partials (Chan merge, tile order).
+struct RowStats {
+    float mu, rstd;
+};
+CODA_HD inline RowStats finalize_row_stats(const float* partials, int i, int n_tiles) {
+    const Welford w = merge_row<Welford>(partials, i, n_tiles);
+    return {w.mean, 1.f / sqrtf(w.m2 / w.n + kLnEps)};
+}
+
+// Cross-entropy of row i from LmHeadForward's partials: lse = log sum_j exp(z_ij), loss = lse - z_target.
+struct TokenLoss {
+    float lse, loss;
+};
+CODA_HD inline TokenLoss finalize_loss(const float* partials, int i, int n_tiles, float target_logit) {
+    const float lse = merge_row<MaxSumExp>(partials, i, n_tiles).lse();
+    return {lse, lse - target_logit};
+}
+
+// scale * (sum over N-tiles of row i): m1, m2 with scale 1/K; dgamma, dbeta with scale 1.
+CODA_HD inline float finalize_row_sum(const float* partials, int i, int n_tiles, float scale = 1.f) {
+    return scale * merge_row<Sum>(partials, i, n_tiles).s;
+}
+// Sum over M-tiles of column j (db, v, bias gradients).
+CODA_HD inline float finalize_col_sum(const float* partials, int j, int n_tiles, int n) {
+    return merge_col<Sum>(partials, j, n_tiles, n).s;
+}
+
+}  // namespace codagpt::coda

@@ -1,0 +1,318 @@
+// Epilogue primitives of the CODA GEMM engine: small host+device structs that a fused GEMM
+// composes into a program run on its fp32 accumulator tile before the tile is written
+// (CODA_GPT2.md, "Epilogue primitives this needs"). The GPU engine and the CPU emulator
+// (src/gemm_emulator.hpp) run the same programs.
+//
+// A program is a struct of primitives (the pointers it reads and writes) with
+//   using Row = ...;  using Col = ...;   // per-row and per-column reduction states (NoPartials if none)
+//   template <class E> CODA_HD void element(const E& e, Row& row, Col& col) const;
+//   CODA_HD void write_row(const Row& row, RowSlot slot) const;
+//   CODA_HD void write_col(const Col& col, ColSlot slot) const;
+// element() is the fused op's formula on one output element: e.acc is the fp32 accumulator of
+// output (e.i, e.j) (global indices); it stores elementwise outputs itself and feeds the row and
+// column reduction states it is handed. Row and Col are plain structs of reduction states (only
+// floats, so the engine may move them with warp shuffles word by word) with a member
+// combine(const Row&) that combines each state.
+//
+// What the engine does for each output tile (tm, tn) of the M x N output, in this order:
+//   1. every thread value-initialises one Row per output row and one Col per output column it holds;
+//   2. calls element() once per output element inside M x N (elements of an edge tile outside
+//      the matrix are never visited), each thread visiting its own elements in increasing column,
+//      then row, order, with the Row of that element's row and the Col of its column;
+//   3. combines the Row states of threads sharing a row with Row::combine, in a fixed order,
+//      and calls write_row(row, {i, tn, nTilesN}) once per row (likewise write_col(col, {j, tm, N})).
+// So a row partial covers the columns of one N-tile and a column partial the rows of one M-tile;
+// they land in fp32 buffers [M, nTilesN, words] and [nTilesM, N, words], one slot per tile, and
+// tiny finalize functions merge them in tile order (merge_row, merge_col below). No atomics:
+// results are deterministic for a given tile shape and thread layout. The combine order is the
+// engine's to fix and document (warp shuffles, then shared memory); every combine here is
+// associative up to rounding, so orders differ only by rounding. The emulator's order is
+// documented in gemm_emulator.hpp.
+//
+// Element-level primitives are the vector and tile loaders and stores below plus plain float
+// arithmetic, so a program body reads as its formula and compiles to straight-line code:
+//   row scale          rstd(e) * x                        (RowVec)
+//   column-vector add  x + bias(e)                        (ColVec)
+//   rank-1 correction  x - mu(e) * c(e)                   (RowVec x ColVec)
+//   load-and-add tile  x + residual(e)                    (LoadTile)
+//   store / accumulate out.store(e, x), dw.add(e, x)      (StoreTile, AccumulateTile: return the
+//                                                          value actually stored, after rounding)
+//   GELU, GELU'        gelu(x), gelu_grad(f(e))
+//   target gather      target_logit.take(e, x)            (Gather)
+// Reductions: Sum (sum, dot with a column vector or a loaded tile: add(a, b)), Welford
+// (count, mean, M2), MaxSumExp (online max and sum of exp), each with add, combine, store/load.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#define CODA_HD __host__ __device__
+#else
+#include <string.h>
+#define CODA_HD
+#endif
+
+namespace codagpt::coda {
+
+// ---------------------------------------------------------------- bf16 storage
+#ifdef __CUDACC__
+using bf16 = __nv_bfloat16;
+CODA_HD inline float to_float(bf16 x) { return __bfloat162float(x); }
+CODA_HD inline bf16 to_bf16(float x) { return __float2bfloat16(x); }
+#else
+// The host compiler has no bf16 type: the same 16 bits, rounded to nearest even like
+// __float2bfloat16, so emulator buffers are bit-for-bit what the GPU reads and writes.
+struct bf16 {
+    uint16_t bits;
+};
+inline float to_float(bf16 x) {
+    const uint32_t u = (uint32_t)x.bits << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline bf16 to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return {0x7fc0};  // NaN stays a (quiet) NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return {(uint16_t)(u >> 16)};
+}
+#endif
+CODA_HD inline float to_float(float x) { return x; }
+// Rounds to the storage type: what a store of x into a T buffer keeps.
+template <class T>
+CODA_HD inline T round_to(float x);
+template <>
+CODA_HD inline float round_to<float>(float x) { return x; }
+template <>
+CODA_HD inline bf16 round_to<bf16>(float x) { return to_bf16(x); }
+
+// ---------------------------------------------------------------- the element handed to programs
+// The default element context: what the emulator passes and the minimum a GPU engine provides.
+struct Element {
+    float acc;  // fp32 accumulator of output (i, j)
+    int i, j;   // global row and column
+};
+
+// ---------------------------------------------------------------- vectors and tiles
+// Per-row (length M) and per-column (length N) fp32 vectors.
+struct RowVec {
+    const float* v = nullptr;
+    template <class E>
+    CODA_HD float operator()(const E& e) const { return v[e.i]; }
+};
+struct ColVec {
+    const float* v = nullptr;
+    template <class E>
+    CODA_HD float operator()(const E& e) const { return v[e.j]; }
+};
+
+// Where element (i, j) of a matrix lives: row-major with leading dimension ld, or stored as its
+// transpose (element (i, j) at j*ld + i: the LM head's weight and gradient are wte^T).
+struct Layout {
+    long ld = 0;
+    bool transposed = false;
+    CODA_HD long at(int i, int j) const { return transposed ? (long)j * ld + i : (long)i * ld + j; }
+};
+
+// A matrix read at the element's position (residual, gradient pass-through, stored activations).
+template <class T>
+struct LoadTile {
+    const T* p = nullptr;
+    Layout layout;
+    template <class E>
+    CODA_HD float operator()(const E& e) const { return to_float(p[layout.at(e.i, e.j)]); }
+    CODA_HD explicit operator bool() const { return p != nullptr; }
+};
+
+// An output matrix. store() returns the value as stored (rounded to T), so that statistics and
+// later terms use exactly what the next kernel will read.
+template <class T>
+struct StoreTile {
+    T* p = nullptr;
+    Layout layout;
+    template <class E>
+    CODA_HD float store(const E& e, float x) const {
+        const T stored = round_to<T>(x);
+        p[layout.at(e.i, e.j)] = stored;
+        return to_float(stored);
+    }
+};
+
+// Accumulates into the existing output (gradient accumulation over micro-batches).
+template <class T>
+struct AccumulateTile {
+    T* p = nullptr;
+    Layout layout;
+    template <class E>
+    CODA_HD float add(const E& e, float x) const {
+        T& out = p[layout.at(e.i, e.j)];
+        out = round_to<T>(to_float(out) + x);
+        return to_float(out);
+    }
+};
+
+// Picks one column per row: out[i] = x at j == column[i] (the target logit). Exactly one element
+// per row matches, so exactly one thread writes each out[i].
+struct Gather {
+    const int* column = nullptr;
+    float* out = nullptr;
+    template <class E>
+    CODA_HD void take(const E& e, float x) const {
+        if (e.j == column[e.i]) out[e.i] = x;
+    }
+};
+
+// ---------------------------------------------------------------- tanh-GELU
+// gelu(x) = x/2 (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3). 0.5 (1 + tanh u) is the logistic
+// sigmoid s = 1 / (1 + exp(-2u)), which stays accurate in relative terms where 1 + tanh u is tiny
+// (x << 0); -2u is clamped at 80 so exp stays finite (gelu and gelu' are below 1e-33 there).
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+CODA_HD inline float gelu(float x) {
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    return x / (1.f + expf(fminf(-2.f * u, 80.f)));
+}
+// gelu'(x) = s + 2 x s (1 - s) du/dx, with 1 - s = exp(-2u) s.
+CODA_HD inline float gelu_grad(float x) {
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    const float e = expf(fminf(-2.f * u, 80.f));
+    const float s = 1.f / (1.f + e);
+    return s + 2.f * x * s * (e * s) * kGeluScale * (1.f + 3.f * kGeluCubic * x * x);
+}
+
+// ---------------------------------------------------------------- reductions
+// Each: value-initialised state is the empty reduction; add(element); combine(other) merges the
+// state of a disjoint set of elements; store/load move it as kWords floats of a partials buffer.
+
+// Sum, and dot products (add(a, b): a column vector or a loaded tile times the element).
+struct Sum {
+    static constexpr int kWords = 1;
+    float s = 0.f;
+    CODA_HD void add(float x) { s += x; }
+    CODA_HD void add(float a, float b) { s = fmaf(a, b, s); }
+    CODA_HD void combine(const Sum& o) { s += o.s; }
+    CODA_HD void store(float* p) const { p[0] = s; }
+    CODA_HD void load(const float* p) { s = p[0]; }
+};
+
+// Count, mean and M2 (sum of squared deviations from the mean): Welford's update per element,
+// Chan's formula to combine. Never E[x^2] - mean^2, which cancels when |mean| >> std (the
+// residual stream). The count is a float: exact up to 2^24 elements.
+struct Welford {
+    static constexpr int kWords = 3;
+    float n = 0.f, mean = 0.f, m2 = 0.f;
+    CODA_HD void add(float x) {
+        n += 1.f;
+        const float d = x - mean;
+        mean += d / n;
+        m2 += d * (x - mean);
+    }
+    CODA_HD void combine(const Welford& o) {
+        if (o.n == 0.f) return;
+        if (n == 0.f) {
+            *this = o;
+            return;
+        }
+        const float total = n + o.n, d = o.mean - mean;
+        mean += d * (o.n / total);
+        m2 += o.m2 + d * d * (n * o.n / total);
+        n = total;
+    }
+    CODA_HD void store(float* p) const { p[0] = n; p[1] = mean; p[2] = m2; }
+    CODA_HD void load(const float* p) { n = p[0]; mean = p[1]; m2 = p[2]; }
+};
+
+// Online softmax denominator: the running max and sum_j exp(x_j - max), rescaled when the max
+// grows. An empty state (sum 0) has max -inf and is skipped by combine (no exp(-inf + inf)).
+struct MaxSumExp {
+    static constexpr int kWords = 2;
+    float max = -INFINITY, sum = 0.f;
+    CODA_HD void add(float x) {
+        if (x > max) {
+            sum = sum * expf(max - x) + 1.f;
+            max = x;
+        } else {
+            sum += expf(x - max);
+        }
+    }
+    CODA_HD void combine(const MaxSumExp& o) {
+        if (o.sum == 0.f) return;
+        if (sum == 0.f) {
+            *this = o;
+            return;
+        }
+        if (o.max > max) {
+            sum = sum * expf(max - o.max) + o.sum;
+            max = o.max;
+        } else {
+            sum += o.sum * expf(o.max - max);
+        }
+    }
+    CODA_HD float lse() const { return max + logf(sum); }
+    CODA_HD void store(float* p) const { p[0] = max; p[1] = sum; }
+    CODA_HD void load(const float* p) { max = p[0]; sum = p[1]; }
+};
+
+// ---------------------------------------------------------------- partials buffers
+// Where the engine writes a partial: row i of N-tile `tile` of n_tiles; column j of M-tile `tile`,
+// in an output of n columns.
+struct RowSlot {
+    int i, tile, n_tiles;
+};
+struct ColSlot {
+    int j, tile, n;
+};
+
+// Row partials, fp32 [M, n_tiles, R::kWords]: a row's partials are contiguous for the finalize.
+template <class R>
+struct RowPartials {
+    float* p = nullptr;
+    CODA_HD void write(const R& r, RowSlot s) const { r.store(p + ((long)s.i * s.n_tiles + s.tile) * R::kWords); }
+};
+// Column partials, fp32 [n_tiles, N, R::kWords]: one M-tile's partials are contiguous (coalesced writes).
+template <class R>
+struct ColPartials {
+    float* p = nullptr;
+    CODA_HD void write(const R& r, ColSlot s) const { r.store(p + ((long)s.tile * s.n + s.j) * R::kWords); }
+};
+
+// The finalize side: merge the partials of row i (column j) in increasing tile order.
+template <class R>
+CODA_HD R merge_row(const float* partials, int i, int n_tiles) {
+    R total{};
+    for (int t = 0; t < n_tiles; t++) {
+        R part;
+        part.load(partials + ((long)i * n_tiles + t) * R::kWords);
+        total.combine(part);
+    }
+    return total;
+}
+template <class R>
+CODA_HD R merge_col(const float* partials, int j, int n_tiles, int n) {
+    R total{};
+    for (int t = 0; t < n_tiles; t++) {
+        R part;
+        part.load(partials + ((long)t * n + j) * R::kWords);
+        total.combine(part);
+    }
+    return total;
+}
+
+// For programs without row or column reductions: inherit these.
+struct NoPartials {
+    CODA_HD void combine(const NoPartials&) {}
+};
+struct NoRowPartials {
+    using Row = NoPartials;
+    CODA_HD void write_row(const Row&, RowSlot) const {}
+};
+struct NoColPartials {
+    using Col = NoPartials;
+    CODA_HD void write_col(const Col&, ColSlot) const {}
+};
+
+}  // namespace codagpt::coda

@@ -1,0 +1,951 @@
+// The CODA epilogue primitives and the GPT-2 epilogue programs, run by the CPU emulator, against
+// fp64 math written plainly here (textbook LayerNorm, GEMM, GELU, backprop, as in
+// ../shared/design/coda_gpt2_check.py).
+//
+// Bounds. fp32 arithmetic against fp64 on the same inputs: error <= 1e-5 of the largest reference
+// magnitude (for sums: of the sum of the magnitudes of the summands, which is what fp32
+// accumulation error scales with). bf16 outputs: within one bf16 rounding, |out - ref| <= 2^-8 |ref|,
+// plus the fp32 slack above. Each check prints its error next to its bound.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "coda_programs.cuh"
+#include "gemm_emulator.hpp"
+#include "rng.hpp"
+
+using namespace codagpt;
+using namespace codagpt::coda;
+
+namespace {
+
+constexpr double kFp32Bound = 1e-5;
+const double kBf16Rounding = std::ldexp(1.0, -8);
+
+using Vec = std::vector<double>;
+
+// ---------------------------------------------------------------- data
+
+// n values offset + scale * N(0, 1), rounded to Act (what the kernels would read).
+template <class Act>
+std::vector<Act> random_act(Rng& rng, size_t n, double scale = 1.0, double offset = 0.0) {
+    std::vector<Act> v(n);
+    for (Act& x : v) x = round_to<Act>((float)(offset + scale * rng.normal()));
+    return v;
+}
+std::vector<float> random_floats(Rng& rng, size_t n, double scale = 1.0, double offset = 0.0) {
+    return random_act<float>(rng, n, scale, offset);
+}
+template <class T>
+Vec to_double(const std::vector<T>& v) {
+    Vec d(v.size());
+    for (size_t i = 0; i < v.size(); i++) d[i] = to_float(v[i]);
+    return d;
+}
+template <class Act>
+std::vector<Act> to_act(const Vec& v) {
+    std::vector<Act> o(v.size());
+    for (size_t i = 0; i < v.size(); i++) o[i] = round_to<Act>((float)v[i]);
+    return o;
+}
+std::vector<float> to_floats(const Vec& v) { return to_act<float>(v); }
+template <class T>
+std::vector<T> nan_filled(size_t n) {
+    return std::vector<T>(n, round_to<T>(NAN));
+}
+
+// ---------------------------------------------------------------- fp64 math
+
+// C[M, N] = A[M, K] B[K, N]; at/bt: the operand is given as its transpose.
+Vec matmul(const Vec& a, const Vec& b, int M, int K, int N, bool at = false, bool bt = false) {
+    Vec c((size_t)M * N, 0.0);
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < K; k++) {
+            const double aik = at ? a[(size_t)k * M + i] : a[(size_t)i * K + k];
+            for (int j = 0; j < N; j++) c[(size_t)i * N + j] += aik * (bt ? b[(size_t)j * K + k] : b[(size_t)k * N + j]);
+        }
+    return c;
+}
+Vec transpose(const Vec& a, int rows, int cols) {
+    Vec t(a.size());
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) t[(size_t)j * rows + i] = a[(size_t)i * cols + j];
+    return t;
+}
+
+double gelu64(double u) { return 0.5 * u * (1 + std::tanh(std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u))); }
+double dgelu64(double u) {
+    const double a = std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u), t = std::tanh(a);
+    return 0.5 * (1 + t) + 0.5 * u * (1 - t * t) * std::sqrt(2 / M_PI) * (1 + 3 * 0.044715 * u * u);
+}
+
+struct Stats {
+    Vec mu, rstd;
+};
+Stats ln_stats(const Vec& x, int M, int C) {
+    Stats s{Vec(M), Vec(M)};
+    for (int i = 0; i < M; i++) {
+        double mean = 0, var = 0;
+        for (int k = 0; k < C; k++) mean += x[(size_t)i * C + k];
+        mean /= C;
+        for (int k = 0; k < C; k++) var += (x[(size_t)i * C + k] - mean) * (x[(size_t)i * C + k] - mean);
+        s.mu[i] = mean;
+        s.rstd[i] = 1 / std::sqrt(var / C + 1e-5);
+    }
+    return s;
+}
+Vec layernorm(const Vec& x, const Stats& s, const Vec& gamma, const Vec& beta, int M, int C) {
+    Vec a(x.size());
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < C; k++)
+            a[(size_t)i * C + k] = (x[(size_t)i * C + k] - s.mu[i]) * s.rstd[i] * gamma[k] + beta[k];
+    return a;
+}
+// Textbook LayerNorm backward: dx, dgamma, dbeta from da = dLoss/dLN(x).
+struct LnGrads {
+    Vec dx, dgamma, dbeta;
+};
+LnGrads ln_backward(const Vec& da, const Vec& x, const Stats& s, const Vec& gamma, int M, int C) {
+    LnGrads g{Vec(x.size()), Vec(C, 0.0), Vec(C, 0.0)};
+    for (int i = 0; i < M; i++) {
+        double mean_dxh = 0, mean_dxh_xh = 0;
+        for (int k = 0; k < C; k++) {
+            const double xh = (x[(size_t)i * C + k] - s.mu[i]) * s.rstd[i], dxh = da[(size_t)i * C + k] * gamma[k];
+            mean_dxh += dxh / C;
+            mean_dxh_xh += dxh * xh / C;
+            g.dgamma[k] += da[(size_t)i * C + k] * xh;
+            g.dbeta[k] += da[(size_t)i * C + k];
+        }
+        for (int k = 0; k < C; k++) {
+            const double xh = (x[(size_t)i * C + k] - s.mu[i]) * s.rstd[i], dxh = da[(size_t)i * C + k] * gamma[k];
+            g.dx[(size_t)i * C + k] = s.rstd[i] * (dxh - mean_dxh - xh * mean_dxh_xh);
+        }
+    }
+    return g;
+}
+
+// ---------------------------------------------------------------- checks
+
+double max_abs(const Vec& v) {
+    double m = 0;
+    for (double x : v) m = std::max(m, std::fabs(x));
+    return m;
+}
+void report(const std::string& what, double err, double bound) {
+    std::printf("    %-42s error %.2e  bound %.0e\n", what.c_str(), err, bound);
+    EXPECT_LE(err, bound) << what;  // NaN fails too
+}
+// max |out - ref| / max |ref|
+void expect_fp32(const std::string& what, const Vec& out, const Vec& ref, double bound = kFp32Bound) {
+    ASSERT_EQ(out.size(), ref.size());
+    double err = 0;
+    for (size_t i = 0; i < ref.size(); i++) err = std::max(err, std::fabs(out[i] - ref[i]));
+    report(what, err / std::max(max_abs(ref), 1e-30), bound);
+}
+// max |out - ref| / sum |summands|, per entry: sums whose terms cancel.
+void expect_sum(const std::string& what, const Vec& out, const Vec& ref, const Vec& magnitude) {
+    ASSERT_EQ(out.size(), ref.size());
+    double err = 0;
+    for (size_t i = 0; i < ref.size(); i++) err = std::max(err, std::fabs(out[i] - ref[i]) / std::max(magnitude[i], 1e-30));
+    report(what, err, kFp32Bound);
+}
+// Within one bf16 rounding plus fp32 slack: reports the worst ratio to that allowance (bound 1).
+template <class T>
+void expect_rounded(const std::string& what, const std::vector<T>& out, const Vec& ref) {
+    ASSERT_EQ(out.size(), ref.size());
+    const double slack = kFp32Bound * max_abs(ref);
+    double worst = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        const double err = std::fabs(to_float(out[i]) - ref[i]);
+        worst = std::max(worst, err / (kBf16Rounding * std::fabs(ref[i]) + slack));
+        if (!std::isfinite(to_float(out[i]))) worst = INFINITY;
+    }
+    report(what + " (x one bf16 rounding)", worst, 1.0);
+}
+// ||out - ref|| / ||ref||, for the chained layer.
+void expect_norm(const std::string& what, const Vec& out, const Vec& ref, double bound) {
+    ASSERT_EQ(out.size(), ref.size());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        num += (out[i] - ref[i]) * (out[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    report(what, std::sqrt(num / den), bound);
+}
+
+// ---------------------------------------------------------------- partials
+
+Vec row_sums(const std::vector<float>& partials, int M, int tiles_n, double scale = 1.0) {
+    Vec s(M);
+    for (int i = 0; i < M; i++) s[i] = finalize_row_sum(partials.data(), i, tiles_n, (float)scale);
+    return s;
+}
+Vec col_sums(const std::vector<float>& partials, int N, int tiles_m) {
+    Vec s(N);
+    for (int j = 0; j < N; j++) s[j] = finalize_col_sum(partials.data(), j, tiles_m, N);
+    return s;
+}
+
+// A plain GEMM through the emulator (attention stand-in, dY, dW_p, dW_o in the chained layer).
+template <class T>
+struct Store : NoRowPartials, NoColPartials {
+    StoreTile<T> out;
+    template <class E>
+    void element(const E& e, Row&, Col&) const { out.store(e, e.acc); }
+};
+template <class T>
+struct Accumulate : NoRowPartials, NoColPartials {
+    AccumulateTile<T> out;
+    template <class E>
+    void element(const E& e, Row&, Col&) const { out.add(e, e.acc); }
+};
+
+// ---------------------------------------------------------------- primitives
+
+TEST(Bf16, RoundsToNearestEven) {
+    const float one_plus_half_ulp = 1.f + std::ldexp(1.f, -8), odd_plus_half_ulp = 1.f + 3 * std::ldexp(1.f, -8);
+    EXPECT_EQ(to_bf16(1.f).bits, 0x3f80);
+    EXPECT_EQ(to_bf16(one_plus_half_ulp).bits, 0x3f80);  // tie to the even 1.0
+    EXPECT_EQ(to_float(to_bf16(odd_plus_half_ulp)), 1.f + std::ldexp(1.f, -6));
+    EXPECT_EQ(to_bf16(-2.5f).bits, 0xc020);
+    EXPECT_TRUE(std::isinf(to_float(to_bf16(3.4e38f))));  // rounds past the largest bf16
+    EXPECT_TRUE(std::isnan(to_float(to_bf16(NAN))));
+    Rng rng(1);
+    for (int n = 0; n < 10000; n++) {
+        const float x = (float)(rng.normal() * std::exp(10 * rng.normal()));
+        ASSERT_LE(std::fabs(to_float(to_bf16(x)) - x), std::ldexp(std::fabs(x), -8)) << x;  // half an ulp
+    }
+}
+
+TEST(Gelu, ValueAndDerivativeMatchFp64) {
+    double err = 0, err_grad = 0;
+    for (double x = -12; x <= 12; x += 1.0 / 64) {
+        err = std::max(err, std::fabs(gelu((float)x) - gelu64(x)) / std::max(1.0, std::fabs(x)));
+        err_grad = std::max(err_grad, std::fabs(gelu_grad((float)x) - dgelu64(x)));
+    }
+    report("gelu(x) (relative to max(1, |x|))", err, 1e-6);
+    report("gelu'(x) (absolute)", err_grad, 1e-6);
+}
+
+// Every reduction, fed in random pieces (some empty) combined in random order, equals one fp64 pass.
+TEST(Reductions, AnySplitAndCombineOrderMatchesFp64) {
+    Rng rng(2);
+    const int n = 5000;
+    const Vec x = to_double(random_floats(rng, n, 1.0, 3.0)), w = to_double(random_floats(rng, n));
+    double sum = 0, dot = 0, mean = 0, m2 = 0, mx = -INFINITY, sum_abs = 0, dot_abs = 0;
+    for (int k = 0; k < n; k++) sum += x[k], dot += x[k] * w[k], mean += x[k] / n, mx = std::max(mx, x[k]);
+    for (int k = 0; k < n; k++) m2 += (x[k] - mean) * (x[k] - mean), sum_abs += std::fabs(x[k]), dot_abs += std::fabs(x[k] * w[k]);
+    double sumexp = 0;
+    for (int k = 0; k < n; k++) sumexp += std::exp(x[k] - mx);
+    const double lse = mx + std::log(sumexp);
+
+    for (int trial = 0; trial < 20; trial++) {
+        // Pieces of random lengths (empty ones included), merged in a random order.
+        std::vector<int> cuts{0, n};
+        for (int c = 0; c < 1 + trial * 3; c++) cuts.push_back((int)rng.below(n + 1));
+        std::sort(cuts.begin(), cuts.end());
+        std::vector<Sum> sums, dots;
+        std::vector<Welford> welfords;
+        std::vector<MaxSumExp> lses;
+        for (size_t p = 0; p + 1 < cuts.size(); p++) {
+            Sum s, d;
+            Welford wf;
+            MaxSumExp l;
+            for (int k = cuts[p]; k < cuts[p + 1]; k++) s.add((float)x[k]), d.add((float)x[k], (float)w[k]), wf.add((float)x[k]), l.add((float)x[k]);
+            sums.push_back(s), dots.push_back(d), welfords.push_back(wf), lses.push_back(l);
+        }
+        std::vector<size_t> order(sums.size());
+        for (size_t p = 0; p < order.size(); p++) order[p] = p;
+        for (size_t p = order.size(); p > 1; p--) std::swap(order[p - 1], order[rng.below(p)]);
+        Sum s, d;
+        Welford wf;
+        MaxSumExp l;
+        for (const size_t q : order) s.combine(sums[q]), d.combine(dots[q]), wf.combine(welfords[q]), l.combine(lses[q]);
+        ASSERT_EQ(wf.n, n);
+        EXPECT_LE(std::fabs(s.s - sum) / sum_abs, kFp32Bound);
+        EXPECT_LE(std::fabs(d.s - dot) / dot_abs, kFp32Bound);
+        EXPECT_LE(std::fabs(wf.mean - mean) / std::fabs(mean), kFp32Bound);
+        EXPECT_LE(std::fabs(wf.m2 - m2) / m2, kFp32Bound);
+        EXPECT_LE(std::fabs(l.lse() - lse) / std::fabs(lse), kFp32Bound);
+    }
+    // Empty states are neutral, including max = -inf.
+    Welford empty_w, one_w;
+    one_w.add(2.f);
+    one_w.combine(empty_w);
+    empty_w.combine(one_w);
+    EXPECT_EQ(empty_w.n, 1.f);
+    EXPECT_EQ(empty_w.mean, 2.f);
+    MaxSumExp empty_l, one_l;
+    one_l.add(-3.f);
+    empty_l.combine(one_l);
+    one_l.combine(MaxSumExp{});
+    EXPECT_EQ(empty_l.lse(), -3.f);
+    EXPECT_EQ(one_l.lse(), -3.f);
+}
+
+// The GEMM of the emulator in every operand layout, edge tiles included: elements outside M x N
+// (the padding of a wider leading dimension) are never written.
+TEST(Emulator, OperandLayoutsAndEdgeTiles) {
+    const int M = 37, K = 40, N = 72, ld_out = N + 5;
+    Rng rng(3);
+    const std::vector<bf16> a = random_act<bf16>(rng, (size_t)M * K), b = random_act<bf16>(rng, (size_t)K * N);
+    const Vec a64 = to_double(a), b64 = to_double(b);
+    const std::vector<bf16> a_t = to_act<bf16>(transpose(a64, M, K)), b_t = to_act<bf16>(transpose(b64, K, N));
+    const Vec ref = matmul(a64, b64, M, K, N);
+    for (const TileShape shape : {TileShape{32, 32}, TileShape{64, 96}, TileShape{16, 8, {2, 1}, {1, 1}}})
+        for (int layout = 0; layout < 4; layout++) {
+            const bool at = layout & 1, bt = layout & 2;
+            std::vector<float> out = nan_filled<float>((size_t)M * ld_out);
+            Store<float> p;
+            p.out = {out.data(), {ld_out}};
+            emulate_gemm(p, M, N, K, Operand<bf16>{at ? a_t.data() : a.data(), {at ? M : K, at}},
+                         Operand<bf16>{bt ? b_t.data() : b.data(), {bt ? K : N, bt}}, shape);
+            Vec got((size_t)M * N);
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < ld_out; j++) {
+                    if (j < N) got[(size_t)i * N + j] = out[(size_t)i * ld_out + j];
+                    else ASSERT_TRUE(std::isnan(out[(size_t)i * ld_out + j])) << "wrote outside N at " << i << "," << j;
+                }
+            expect_fp32("GEMM " + std::string(at ? "A^T " : "A ") + (bt ? "B^T " : "B ") + std::to_string(shape.bm) +
+                            "x" + std::to_string(shape.bn),
+                        got, ref);
+        }
+}
+
+// Each element primitive and partials buffer once, in one probe program:
+//   y = r_i * acc + b_j - u_i * w_j + t_ij        (row scale, column add, rank-1, load-and-add a transposed tile)
+//   out = bf16(y) ; acc_out (+)= y (transposed) ; picked_i = y at column target_i
+//   row partials: sum_j out, sum_j out * w_j ; column partials: sum_i out, sum_i u_i * out
+struct Probe {
+    RowVec r, u;
+    ColVec b, w;
+    LoadTile<bf16> t;
+    StoreTile<bf16> out;
+    AccumulateTile<float> acc_out;
+    Gather picked;
+    RowPartials<Sum> row_sum, row_dot;
+    ColPartials<Sum> col_sum, col_weighted;
+
+    struct Row {
+        Sum sum, dot;
+        void combine(const Row& o) { sum.combine(o.sum), dot.combine(o.dot); }
+    };
+    struct Col {
+        Sum sum, weighted;
+        void combine(const Col& o) { sum.combine(o.sum), weighted.combine(o.weighted); }
+    };
+    template <class E>
+    void element(const E& e, Row& row, Col& col) const {
+        const float y = r(e) * e.acc + b(e) - u(e) * w(e) + t(e);
+        const float stored = out.store(e, y);
+        acc_out.add(e, y);
+        picked.take(e, y);
+        row.sum.add(stored), row.dot.add(stored, w(e));
+        col.sum.add(stored), col.weighted.add(u(e), stored);
+    }
+    void write_row(const Row& row, RowSlot s) const { row_sum.write(row.sum, s), row_dot.write(row.dot, s); }
+    void write_col(const Col& col, ColSlot s) const { col_sum.write(col.sum, s), col_weighted.write(col.weighted, s); }
+};
+
+TEST(Primitives, EachThroughTheEmulator) {
+    const int M = 37, K = 40, N = 72;
+    const TileShape shape{32, 32};
+    const int tiles_m = n_tiles(M, shape.bm), tiles_n = n_tiles(N, shape.bn);
+    Rng rng(4);
+    const std::vector<float> a = random_floats(rng, (size_t)M * K), bm = random_floats(rng, (size_t)K * N);
+    std::vector<float> r = random_floats(rng, M, 0.5, 1.0), u = random_floats(rng, M), b = random_floats(rng, N),
+                       w = random_floats(rng, N), acc_out = random_floats(rng, (size_t)N * M);
+    const std::vector<bf16> t = random_act<bf16>(rng, (size_t)N * M);  // stored transposed, [N, M]
+    std::vector<int> target(M);
+    for (int& x : target) x = (int)rng.below(N);
+    std::vector<bf16> out((size_t)M * N);
+    std::vector<float> picked(M), row_sum((size_t)M * tiles_n), row_dot(row_sum.size()), col_sum((size_t)tiles_m * N),
+        col_weighted(col_sum.size());
+    const Vec acc_before = to_double(acc_out);
+
+    Probe p;
+    p.r = {r.data()}, p.u = {u.data()}, p.b = {b.data()}, p.w = {w.data()};
+    p.t = {t.data(), {M, true}};
+    p.out = {out.data(), {N}};
+    p.acc_out = {acc_out.data(), {M, true}};
+    p.picked = {target.data(), picked.data()};
+    p.row_sum = {row_sum.data()}, p.row_dot = {row_dot.data()}, p.col_sum = {col_sum.data()}, p.col_weighted = {col_weighted.data()};
+    emulate_gemm(p, M, N, K, Operand<float>{a.data(), {K}}, Operand<float>{bm.data(), {N}}, shape);
+
+    const Vec acc = matmul(to_double(a), to_double(bm), M, K, N), stored = to_double(out);
+    Vec y((size_t)M * N), acc_ref((size_t)N * M), picked_ref(M), rs(M, 0.0), rd(M, 0.0), rs_mag(M, 0.0), rd_mag(M, 0.0),
+        cs(N, 0.0), cw(N, 0.0), cs_mag(N, 0.0), cw_mag(N, 0.0);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            const size_t ij = (size_t)i * N + j, ji = (size_t)j * M + i;
+            y[ij] = (double)r[i] * acc[ij] + b[j] - (double)u[i] * w[j] + to_float(t[ji]);
+            acc_ref[ji] = acc_before[ji] + y[ij];
+            if (j == target[i]) picked_ref[i] = y[ij];
+            rs[i] += stored[ij], rs_mag[i] += std::fabs(stored[ij]);
+            rd[i] += stored[ij] * w[j], rd_mag[i] += std::fabs(stored[ij] * w[j]);
+            cs[j] += stored[ij], cs_mag[j] += std::fabs(stored[ij]);
+            cw[j] += u[i] * stored[ij], cw_mag[j] += std::fabs(u[i] * stored[ij]);
+        }
+    expect_rounded("stored y", out, y);
+    expect_fp32("accumulated y (transposed)", to_double(acc_out), acc_ref);
+    expect_fp32("gathered y", to_double(picked), picked_ref);
+    expect_sum("row sums", row_sums(row_sum, M, tiles_n), rs, rs_mag);
+    expect_sum("row dots with w", row_sums(row_dot, M, tiles_n), rd, rd_mag);
+    expect_sum("column sums", col_sums(col_sum, N, tiles_m), cs, cs_mag);
+    expect_sum("column sums weighted by u", col_sums(col_weighted, N, tiles_m), cw, cw_mag);
+}
+
+// ---------------------------------------------------------------- the programs, one GEMM each
+
+struct Case {
+    int M, K, N;
+    TileShape shape;
+};
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+    const Case& c = info.param;
+    return "M" + std::to_string(c.M) + "K" + std::to_string(c.K) + "N" + std::to_string(c.N) + "tile" +
+           std::to_string(c.shape.bm) + "x" + std::to_string(c.shape.bn);
+}
+
+// A GEMM z = LN(x) W + b with LayerNorm folded (CODA_GPT2.md): W~ = diag(gamma) W, c = column sums
+// of W~, b~ = beta W + b. gamma are powers of two so that the bf16 W~ is exactly gamma W and the
+// textbook reference sees the very weights the GEMM uses.
+struct FoldedLinear {
+    int K, N;
+    Vec gamma, beta, w, b;             // textbook parameters (w: bf16 values)
+    std::vector<bf16> w_folded;        // [K, N], the B operand
+    std::vector<float> c, b_folded;    // [N]
+    FoldedLinear(Rng& rng, int K_, int N_) : K(K_), N(N_), gamma(K), beta(K), b(N) {
+        for (double& g : gamma) g = std::ldexp(rng.uniform() < 0.5 ? -1.0 : 1.0, (int)rng.below(3) - 1);
+        for (double& x : beta) x = 0.1 * rng.normal();
+        for (double& x : b) x = 0.1 * rng.normal();
+        w = to_double(random_act<bf16>(rng, (size_t)K * N, 1 / std::sqrt(K)));
+        Vec wf(w.size()), cv(N, 0.0), bt(b);
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < N; j++) {
+                wf[(size_t)k * N + j] = gamma[k] * w[(size_t)k * N + j];
+                cv[j] += wf[(size_t)k * N + j];
+                bt[j] += beta[k] * w[(size_t)k * N + j];
+            }
+        w_folded = to_act<bf16>(wf), c = to_floats(cv), b_folded = to_floats(bt);
+    }
+};
+// The residual stream: non-zero mean (as in the spec: randn + 0.7), and its statistics as fp32.
+struct Residual {
+    std::vector<bf16> x;
+    std::vector<float> mu, rstd;
+    Stats stats;  // of the fp32 mu, rstd: the values the kernels see
+    Residual(Rng& rng, int M, int K) : x(random_act<bf16>(rng, (size_t)M * K, 1.0, 0.7)) {
+        const Stats s = ln_stats(to_double(x), M, K);
+        mu = to_floats(s.mu), rstd = to_floats(s.rstd);
+        stats = {to_double(mu), to_double(rstd)};
+    }
+};
+
+class Programs : public testing::TestWithParam<Case> {};
+
+TEST_P(Programs, QkvForward) {
+    const auto [M, K, N, shape] = GetParam();
+    Rng rng(10);
+    const Residual x(rng, M, K);
+    const FoldedLinear lin(rng, K, N);
+    std::vector<bf16> z = nan_filled<bf16>((size_t)M * N);
+    QkvForward<> p;
+    p.ln = {{x.mu.data()}, {x.rstd.data()}, {lin.c.data()}, {lin.b_folded.data()}};
+    p.z = {z.data(), {N}};
+    emulate_gemm(p, M, N, K, Operand<bf16>{x.x.data(), {K}}, Operand<bf16>{lin.w_folded.data(), {N}}, shape);
+
+    // textbook: z = LayerNorm(x) W + b
+    Vec ref = matmul(layernorm(to_double(x.x), x.stats, lin.gamma, lin.beta, M, K), lin.w, M, K, N);
+    for (size_t e = 0; e < ref.size(); e++) ref[e] += lin.b[e % N];
+    expect_rounded("z = LN(x) W + b", z, ref);
+}
+
+TEST_P(Programs, FcForward) {
+    const auto [M, K, N, shape] = GetParam();
+    Rng rng(11);
+    const Residual x(rng, M, K);
+    const FoldedLinear lin(rng, K, N);
+    std::vector<bf16> f = nan_filled<bf16>((size_t)M * N), g = f;
+    FcForward<> p;
+    p.ln = {{x.mu.data()}, {x.rstd.data()}, {lin.c.data()}, {lin.b_folded.data()}};
+    p.f = {f.data(), {N}}, p.g = {g.data(), {N}};
+    emulate_gemm(p, M, N, K, Operand<bf16>{x.x.data(), {K}}, Operand<bf16>{lin.w_folded.data(), {N}}, shape);
+
+    Vec ref = matmul(layernorm(to_double(x.x), x.stats, lin.gamma, lin.beta, M, K), lin.w, M, K, N);
+    for (size_t e = 0; e < ref.size(); e++) ref[e] += lin.b[e % N];
+    Vec g_ref = to_double(f);  // g = gelu of the stored f
+    for (double& v : g_ref) v = gelu64(v);
+    expect_rounded("f = LN(x) W + b", f, ref);
+    expect_rounded("g = gelu(f)", g, g_ref);
+}
+
+TEST_P(Programs, ResidualForwardAndRowStats) {
+    const auto [M, K, N, shape] = GetParam();
+    const int tiles_n = n_tiles(N, shape.bn);
+    Rng rng(12);
+    const std::vector<bf16> y = random_act<bf16>(rng, (size_t)M * K), w = random_act<bf16>(rng, (size_t)K * N, 1 / std::sqrt(K));
+    const std::vector<bf16> residual = random_act<bf16>(rng, (size_t)M * N, 1.0, 0.7);
+    const std::vector<float> bias = random_floats(rng, N, 0.1);
+    std::vector<bf16> x_out = nan_filled<bf16>((size_t)M * N);
+    std::vector<float> partials((size_t)M * tiles_n * Welford::kWords);
+    ResidualForward<> p;
+    p.bias = {bias.data()};
+    p.residual = {residual.data(), {N}};
+    p.x_out = {x_out.data(), {N}};
+    p.row_stats = {partials.data()};
+    emulate_gemm(p, M, N, K, Operand<bf16>{y.data(), {K}}, Operand<bf16>{w.data(), {N}}, shape);
+
+    Vec ref = matmul(to_double(y), to_double(w), M, K, N);
+    const Vec res = to_double(residual);
+    for (size_t e = 0; e < ref.size(); e++) ref[e] += bias[e % N] + res[e];
+    expect_rounded("x' = y W + b + x", x_out, ref);
+
+    // The statistics are those of the stored bf16 x'.
+    const Stats s = ln_stats(to_double(x_out), M, N);
+    Vec mu(M), rstd(M), sd(M);
+    for (int i = 0; i < M; i++) {
+        const RowStats rs = finalize_row_stats(partials.data(), i, tiles_n);
+        mu[i] = rs.mu, rstd[i] = rs.rstd;
+    }
+    Vec mu_err(M), zero(M, 0.0), scale(M);
+    for (int i = 0; i < M; i++) mu_err[i] = mu[i] - s.mu[i], scale[i] = std::fabs(s.mu[i]) + 1 / s.rstd[i];
+    expect_sum("mean of x' (relative to |mean| + std)", mu_err, zero, scale);
+    expect_fp32("rstd of x'", rstd, s.rstd);
+}
+
+TEST_P(Programs, LmHeadForwardAndLoss) {
+    const auto [M, K, N, shape] = GetParam();
+    const int tiles_n = n_tiles(N, shape.bn), vocab = N - 5;  // the last 5 columns are padding
+    Rng rng(13);
+    const Residual x(rng, M, K);
+    FoldedLinear lin(rng, K, N);
+    std::vector<int> target(M);
+    for (int& t : target) t = (int)rng.below(vocab);
+    std::vector<bf16> logits = nan_filled<bf16>((size_t)M * N);
+    std::vector<float> partials((size_t)M * tiles_n * MaxSumExp::kWords), target_logit(M, NAN);
+    LmHeadForward<> p;
+    p.ln = {{x.mu.data()}, {x.rstd.data()}, {lin.c.data()}, {lin.b_folded.data()}};
+    p.logits = {logits.data(), {N}};
+    p.vocab = vocab;
+    p.lse_partials = {partials.data()};
+    p.target_logit = {target.data(), target_logit.data()};
+    emulate_gemm(p, M, N, K, Operand<bf16>{x.x.data(), {K}}, Operand<bf16>{lin.w_folded.data(), {N}}, shape);
+
+    Vec ref = matmul(layernorm(to_double(x.x), x.stats, lin.gamma, lin.beta, M, K), lin.w, M, K, N);
+    for (size_t e = 0; e < ref.size(); e++) ref[e] += lin.b[e % N];
+    expect_rounded("logits = LN(x) W + b", logits, ref);
+
+    // Loss from the stored logits, over the real vocabulary only.
+    const Vec z = to_double(logits);
+    Vec loss(M), loss_ref(M), picked(M), picked_ref(M);
+    for (int i = 0; i < M; i++) {
+        double mx = -INFINITY, se = 0;
+        for (int j = 0; j < vocab; j++) mx = std::max(mx, z[(size_t)i * N + j]);
+        for (int j = 0; j < vocab; j++) se += std::exp(z[(size_t)i * N + j] - mx);
+        picked_ref[i] = z[(size_t)i * N + target[i]], picked[i] = target_logit[i];
+        loss_ref[i] = mx + std::log(se) - picked_ref[i];
+        loss[i] = finalize_loss(partials.data(), i, tiles_n, target_logit[i]).loss;
+    }
+    expect_fp32("target logits", picked, picked_ref, 0.0);
+    expect_fp32("loss = lse - z_target", loss, loss_ref);
+}
+
+// The dz-producer outputs, against the definitions of CODA_GPT2.md (K: the width of the folded
+// LayerNorm). dz, z: fp64 values of the gradient and the stored pre-activation.
+void check_fold_gradient(const std::string& who, const Vec& dz, const Vec& z, const std::vector<bf16>& dz_hat,
+                         const std::vector<float>& m1p, const std::vector<float>& m2p, const std::vector<float>& dbp,
+                         const std::vector<float>& vp, const Residual& x, const FoldedLinear& lin, int M, int N,
+                         const TileShape& shape) {
+    const int K = lin.K, tiles_m = n_tiles(M, shape.bm), tiles_n = n_tiles(N, shape.bn);
+    const Vec dzh = to_double(dz_hat);
+    Vec dzh_ref(dz.size()), m1(M, 0.0), m2(M, 0.0), m1_mag(M, 0.0), m2_mag(M, 0.0), db(N, 0.0), v(N, 0.0),
+        db_mag(N, 0.0), v_mag(N, 0.0);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            const size_t ij = (size_t)i * N + j;
+            dzh_ref[ij] = x.stats.rstd[i] * dz[ij];
+            m1[i] += dz[ij] * lin.c[j] / K, m1_mag[i] += std::fabs(dz[ij] * lin.c[j]) / K;
+            m2[i] += dz[ij] * (z[ij] - lin.b_folded[j]) / K, m2_mag[i] += std::fabs(dz[ij] * (z[ij] - lin.b_folded[j])) / K;
+            db[j] += dz[ij], db_mag[j] += std::fabs(dz[ij]);
+            v[j] += x.stats.mu[i] * dzh[ij], v_mag[j] += std::fabs(x.stats.mu[i] * dzh[ij]);
+        }
+    expect_rounded(who + ": dz^ = r dz", dz_hat, dzh_ref);
+    expect_sum(who + ": m1 = mean_j dz c", row_sums(m1p, M, tiles_n, 1.0 / K), m1, m1_mag);
+    expect_sum(who + ": m2 = mean_j dz (z - b~)", row_sums(m2p, M, tiles_n, 1.0 / K), m2, m2_mag);
+    expect_sum(who + ": db = sum_i dz", col_sums(dbp, N, tiles_m), db, db_mag);
+    expect_sum(who + ": v = sum_i mu dz^", col_sums(vp, N, tiles_m), v, v_mag);
+}
+
+struct FoldGradientBuffers {
+    std::vector<bf16> dz_hat;
+    std::vector<float> m1, m2, db, v;
+    FoldGradientBuffers(int M, int N, const TileShape& s)
+        : dz_hat(nan_filled<bf16>((size_t)M * N)), m1((size_t)M * n_tiles(N, s.bn)), m2(m1.size()),
+          db((size_t)n_tiles(M, s.bm) * N), v(db.size()) {}
+    FoldGradient<> program(const Residual& x, const FoldedLinear& lin, int N) {
+        FoldGradient<> f;
+        f.mu = {x.mu.data()}, f.rstd = {x.rstd.data()}, f.c = {lin.c.data()}, f.b_folded = {lin.b_folded.data()};
+        f.dz_hat = {dz_hat.data(), {N}};
+        f.m1 = {m1.data()}, f.m2 = {m2.data()}, f.db = {db.data()}, f.v = {v.data()};
+        return f;
+    }
+};
+
+// dG GEMM: A = dres [M, K], B = Wp^T (Wp is [N, K], in x out); the fc fold has width K.
+TEST_P(Programs, GeluBackward) {
+    const auto [M, K, N, shape] = GetParam();
+    Rng rng(14);
+    const Residual x(rng, M, K);  // x' and its statistics, for the fc fold
+    const FoldedLinear fc(rng, K, N);
+    const std::vector<bf16> dres = random_act<bf16>(rng, (size_t)M * K), wp = random_act<bf16>(rng, (size_t)N * K, 1 / std::sqrt(N));
+    const std::vector<bf16> f = random_act<bf16>(rng, (size_t)M * N, 1.5);
+    std::vector<bf16> g = nan_filled<bf16>((size_t)M * N);
+    FoldGradientBuffers out(M, N, shape);
+    GeluBackward<> p;
+    p.f = {f.data(), {N}};
+    p.g = {g.data(), {N}};
+    p.fold = out.program(x, fc, N);
+    emulate_gemm(p, M, N, K, Operand<bf16>{dres.data(), {K}}, Operand<bf16>{wp.data(), {K, true}}, shape);
+
+    const Vec f64 = to_double(f);
+    Vec df = matmul(to_double(dres), to_double(wp), M, K, N, false, true), g_ref(f64.size());
+    for (size_t e = 0; e < df.size(); e++) df[e] *= dgelu64(f64[e]), g_ref[e] = gelu64(f64[e]);
+    expect_rounded("g = gelu(f)", g, g_ref);
+    check_fold_gradient("df = (dres Wp^T) gelu'(f)", df, f64, out.dz_hat, out.m1, out.m2, out.db, out.v, x, fc, M, N, shape);
+}
+
+TEST_P(Programs, QkvGradient) {
+    const auto [M, K, N, shape] = GetParam();
+    Rng rng(15);
+    const Residual x(rng, M, K);
+    const FoldedLinear qkv_lin(rng, K, N);
+    const std::vector<bf16> dqkv = random_act<bf16>(rng, (size_t)M * N), qkv = random_act<bf16>(rng, (size_t)M * N);
+    FoldGradientBuffers out(M, N, shape);
+    QkvGradient<> p;
+    p.dqkv = {dqkv.data(), {N}}, p.qkv = {qkv.data(), {N}};
+    p.fold = out.program(x, qkv_lin, N);
+    emulate_pass(p, M, N, shape);
+    check_fold_gradient("dqkv pass", to_double(dqkv), to_double(qkv), out.dz_hat, out.m1, out.m2, out.db, out.v, x, qkv_lin,
+                        M, N, shape);
+}
+
+// dX GEMM: A = dz^ [M, N], B = W~^T (W~ is [K, N]); output [M, K].
+TEST_P(Programs, LnBackwardX) {
+    const auto [M, K, N, shape] = GetParam();
+    const int tiles_m = n_tiles(M, shape.bm);
+    Rng rng(16);
+    const Residual x(rng, M, K);
+    const FoldedLinear lin(rng, K, N);
+    const std::vector<bf16> dz_hat = random_act<bf16>(rng, (size_t)M * N), dres = random_act<bf16>(rng, (size_t)M * K);
+    const std::vector<float> m1 = random_floats(rng, M, 0.1), m2 = random_floats(rng, M, 0.1);
+    for (const bool pass_through : {true, false}) {
+        std::vector<bf16> dx = nan_filled<bf16>((size_t)M * K);
+        std::vector<float> bias_grad((size_t)tiles_m * K);
+        LnBackwardX<> p;
+        p.mu = {x.mu.data()}, p.rstd = {x.rstd.data()}, p.m1 = {m1.data()}, p.m2 = {m2.data()};
+        p.x = {x.x.data(), {K}};
+        if (pass_through) p.dres = {dres.data(), {K}};
+        p.dx_out = {dx.data(), {K}};
+        p.bias_grad = {bias_grad.data()};
+        emulate_gemm(p, M, K, N, Operand<bf16>{dz_hat.data(), {N}}, Operand<bf16>{lin.w_folded.data(), {N, true}}, shape);
+
+        const Vec acc = matmul(to_double(dz_hat), to_double(lin.w_folded), M, N, K, false, true), xv = to_double(x.x),
+                  dr = to_double(dres);
+        Vec ref(acc.size()), db(K, 0.0), db_mag(K, 0.0);
+        for (int i = 0; i < M; i++)
+            for (int k = 0; k < K; k++) {
+                const size_t ik = (size_t)i * K + k;
+                const double r = x.stats.rstd[i], xhat = (xv[ik] - x.stats.mu[i]) * r;
+                ref[ik] = acc[ik] - r * m1[i] - r * xhat * m2[i] + (pass_through ? dr[ik] : 0.0);
+                db[k] += ref[ik], db_mag[k] += std::fabs(ref[ik]);
+            }
+        const std::string tag = pass_through ? " + dres" : "";
+        expect_rounded("dx = acc - r m1 - r xhat m2" + tag, dx, ref);
+        expect_sum("bias grad = sum_i dx" + tag, col_sums(bias_grad, K, tiles_m), db, db_mag);
+    }
+}
+
+// dW GEMM: A = x^T (x is [T, K] tokens x channels), B = dz^ [T, N]; output [K, N] accumulated.
+// Here the GEMM's M is the channel count K of the case and its reduction the token count M.
+TEST_P(Programs, LnBackwardW) {
+    const auto [T, K, N, shape] = GetParam();
+    const int tiles_n = n_tiles(N, shape.bn);
+    Rng rng(17);
+    const Residual x(rng, T, K);
+    const std::vector<bf16> dz_hat = random_act<bf16>(rng, (size_t)T * N, 0.1);
+    const std::vector<float> gamma = random_floats(rng, K, 0.1, 1.0), beta = random_floats(rng, K, 0.1),
+                             w = random_floats(rng, (size_t)K * N, 1 / std::sqrt(K)), v = random_floats(rng, N),
+                             db = random_floats(rng, N, 0.1);
+    std::vector<float> dw = random_floats(rng, (size_t)K * N, 0.01), dgamma((size_t)K * tiles_n), dbeta(dgamma.size());
+    const Vec dw_before = to_double(dw);
+    LnBackwardW p;
+    p.gamma = {gamma.data()}, p.beta = {beta.data()}, p.v = {v.data()}, p.db = {db.data()};
+    p.w = {w.data(), {N}};
+    p.dw = {dw.data(), {N}};
+    p.dgamma = {dgamma.data()}, p.dbeta = {dbeta.data()};
+    emulate_gemm(p, K, N, T, Operand<bf16>{x.x.data(), {K, true}}, Operand<bf16>{dz_hat.data(), {N}}, shape);
+
+    const Vec acc = matmul(to_double(x.x), to_double(dz_hat), K, T, N, true);
+    Vec dw_ref(acc.size()), dg(K, 0.0), db_ref(K, 0.0), dg_mag(K, 0.0), db_mag(K, 0.0);
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < N; j++) {
+            const size_t kj = (size_t)k * N + j;
+            const double G = acc[kj] - v[j];
+            dw_ref[kj] = dw_before[kj] + gamma[k] * G + (double)beta[k] * db[j];
+            dg[k] += w[kj] * G, dg_mag[k] += std::fabs(w[kj] * G);
+            db_ref[k] += (double)w[kj] * db[j], db_mag[k] += std::fabs((double)w[kj] * db[j]);
+        }
+    expect_fp32("dW += gamma G + beta db", to_double(dw), dw_ref);
+    expect_sum("dgamma = sum_j W G", row_sums(dgamma, K, tiles_n), dg, dg_mag);
+    expect_sum("dbeta = sum_j W db", row_sums(dbeta, K, tiles_n), db_ref, db_mag);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Programs,
+                         testing::Values(Case{37, 40, 72, {32, 32}},
+                                         Case{45, 96, 200, {64, 96, {8, 1}, {4, 4}}},
+                                         Case{50, 1600, 1600, {128, 128}}),
+                         case_name);
+
+
+// ---------------------------------------------------------------- one layer, chained
+
+// One GPT-2 layer, attention replaced by a fixed linear map y = qkv Att as in the spec, with a given
+// gradient dx2 arriving at its output: the CODA forward and backward, every GEMM through the
+// emulator and every partial through its finalize, against textbook forward and backprop in fp64.
+struct Layer {
+    int M, C, H;
+    Vec x0, dx2, g1, b1, wqkv, bqkv, att, wo, bo, g2, b2, wfc, bfc, wp, bp;
+    Layer(Rng& rng, int M_, int C_) : M(M_), C(C_), H(4 * C_) {
+        auto vec = [&](size_t n, double scale, double offset = 0.0) { return to_double(random_floats(rng, n, scale, offset)); };
+        x0 = to_double(random_act<bf16>(rng, (size_t)M * C, 1.0, 0.7)), dx2 = to_double(random_act<bf16>(rng, (size_t)M * C));
+        g1 = vec(C, 0.1, 1.0), b1 = vec(C, 0.1), wqkv = vec((size_t)C * 3 * C, 1 / std::sqrt(C)), bqkv = vec(3 * C, 0.1);
+        att = vec((size_t)3 * C * C, 1 / std::sqrt(3 * C)), wo = vec((size_t)C * C, 1 / std::sqrt(C)), bo = vec(C, 0.1);
+        g2 = vec(C, 0.1, 1.0), b2 = vec(C, 0.1), wfc = vec((size_t)C * H, 1 / std::sqrt(C)), bfc = vec(H, 0.1);
+        wp = vec((size_t)H * C, 1 / std::sqrt(H)), bp = vec(C, 0.1);
+    }
+};
+struct LayerResult {
+    Vec x2, dx0, dwqkv, dbqkv, dg1, db1, dwo, dbo, dg2, db2, dwfc, dbfc, dwp;
+};
+
+Vec col_sum64(const Vec& a, int M, int N) {
+    Vec s(N, 0.0);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) s[j] += a[(size_t)i * N + j];
+    return s;
+}
+Vec add_bias(Vec a, const Vec& b) {
+    for (size_t e = 0; e < a.size(); e++) a[e] += b[e % b.size()];
+    return a;
+}
+Vec add(Vec a, const Vec& b) {
+    for (size_t e = 0; e < a.size(); e++) a[e] += b[e];
+    return a;
+}
+
+LayerResult textbook_layer(const Layer& L) {
+    const int M = L.M, C = L.C, H = L.H;
+    LayerResult r;
+    const Stats s1 = ln_stats(L.x0, M, C);
+    const Vec a1 = layernorm(L.x0, s1, L.g1, L.b1, M, C), qkv = add_bias(matmul(a1, L.wqkv, M, C, 3 * C), L.bqkv);
+    const Vec y = matmul(qkv, L.att, M, 3 * C, C), x1 = add(add_bias(matmul(y, L.wo, M, C, C), L.bo), L.x0);
+    const Stats s2 = ln_stats(x1, M, C);
+    const Vec a2 = layernorm(x1, s2, L.g2, L.b2, M, C), f = add_bias(matmul(a2, L.wfc, M, C, H), L.bfc);
+    Vec g(f.size()), df = matmul(L.dx2, L.wp, M, C, H, false, true);
+    for (size_t e = 0; e < f.size(); e++) g[e] = gelu64(f[e]), df[e] *= dgelu64(f[e]);
+    r.x2 = add(add_bias(matmul(g, L.wp, M, H, C), L.bp), x1);
+
+    r.dwp = matmul(g, L.dx2, H, M, C, true);
+    r.dwfc = matmul(a2, df, C, M, H, true), r.dbfc = col_sum64(df, M, H);
+    const LnGrads ln2 = ln_backward(matmul(df, L.wfc, M, H, C, false, true), x1, s2, L.g2, M, C);
+    const Vec dx1 = add(ln2.dx, L.dx2);
+    r.dg2 = ln2.dgamma, r.db2 = ln2.dbeta;
+    r.dwo = matmul(y, dx1, C, M, C, true), r.dbo = col_sum64(dx1, M, C);
+    const Vec dqkv = matmul(matmul(dx1, L.wo, M, C, C, false, true), L.att, M, C, 3 * C, false, true);
+    r.dwqkv = matmul(a1, dqkv, C, M, 3 * C, true), r.dbqkv = col_sum64(dqkv, M, 3 * C);
+    const LnGrads ln1 = ln_backward(matmul(dqkv, L.wqkv, M, 3 * C, C, false, true), L.x0, s1, L.g1, M, C);
+    r.dx0 = add(ln1.dx, dx1), r.dg1 = ln1.dgamma, r.db1 = ln1.dbeta;
+    return r;
+}
+
+// W~ = diag(gamma) W as stored, c = column sums of that W~, b~ = beta W + b.
+template <class Act>
+struct Fold {
+    std::vector<Act> w;
+    std::vector<float> c, b;
+    Fold(const Vec& gamma, const Vec& beta, const Vec& W, const Vec& bias, int K, int N) {
+        Vec wf(W.size()), bt(bias);
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < N; j++) wf[(size_t)k * N + j] = gamma[k] * W[(size_t)k * N + j], bt[j] += beta[k] * W[(size_t)k * N + j];
+        w = to_act<Act>(wf), b = to_floats(bt), c = to_floats(col_sum64(to_double(w), K, N));
+    }
+};
+
+// Buffers of one folded GEMM's backward: dz^ and the dz-producer partials, then their finals.
+template <class Act>
+struct FoldBackward {
+    int M, N, K;
+    TileShape shape;
+    std::vector<Act> dz_hat;
+    std::vector<float> m1p, m2p, dbp, vp, m1, m2, db, v;
+    FoldBackward(int M_, int N_, int K_, const TileShape& s)
+        : M(M_), N(N_), K(K_), shape(s), dz_hat((size_t)M * N), m1p((size_t)M * n_tiles(N, s.bn)), m2p(m1p.size()),
+          dbp((size_t)n_tiles(M, s.bm) * N), vp(dbp.size()) {}
+    FoldGradient<Act> producer(const std::vector<float>& mu, const std::vector<float>& rstd, const Fold<Act>& fold) {
+        FoldGradient<Act> p;
+        p.mu = {mu.data()}, p.rstd = {rstd.data()}, p.c = {fold.c.data()}, p.b_folded = {fold.b.data()};
+        p.dz_hat = {dz_hat.data(), {N}};
+        p.m1 = {m1p.data()}, p.m2 = {m2p.data()}, p.db = {dbp.data()}, p.v = {vp.data()};
+        return p;
+    }
+    void finalize() {  // the tiny reduction kernels between the producer and the dX / dW GEMMs
+        m1 = to_floats(row_sums(m1p, M, n_tiles(N, shape.bn), 1.0 / K));
+        m2 = to_floats(row_sums(m2p, M, n_tiles(N, shape.bn), 1.0 / K));
+        db = to_floats(col_sums(dbp, N, n_tiles(M, shape.bm))), v = to_floats(col_sums(vp, N, n_tiles(M, shape.bm)));
+    }
+};
+
+template <class Act>
+LayerResult coda_layer(const Layer& L, const TileShape& shape) {
+    const int M = L.M, C = L.C, H = L.H, C3 = 3 * C;
+    auto op = [](const auto& v, long ld, bool transposed = false) {
+        return Operand<typename std::decay_t<decltype(v)>::value_type>{v.data(), {ld, transposed}};
+    };
+    auto gemm_store = [&](int m, int n, int k, auto a, auto b) {
+        std::vector<Act> out((size_t)m * n);
+        Store<Act> p;
+        p.out = {out.data(), {n}};
+        emulate_gemm(p, m, n, k, a, b, shape);
+        return out;
+    };
+    auto gemm_accumulate = [&](int m, int n, int k, auto a, auto b) {
+        std::vector<float> out((size_t)m * n, 0.f);
+        Accumulate<float> p;
+        p.out = {out.data(), {n}};
+        emulate_gemm(p, m, n, k, a, b, shape);
+        return out;
+    };
+    const std::vector<Act> x0 = to_act<Act>(L.x0), att = to_act<Act>(L.att), wo = to_act<Act>(L.wo), wp = to_act<Act>(L.wp);
+    const std::vector<float> bo = to_floats(L.bo), bp = to_floats(L.bp), g1 = to_floats(L.g1), b1 = to_floats(L.b1),
+                             g2 = to_floats(L.g2), b2 = to_floats(L.b2), wqkv = to_floats(L.wqkv), wfc = to_floats(L.wfc);
+    const Fold<Act> fq(L.g1, L.b1, L.wqkv, L.bqkv, C, C3), ff(L.g2, L.b2, L.wfc, L.bfc, C, H);
+    LayerResult r;
+
+    // ---- forward
+    // x0's statistics come from the layer below's residual epilogue; here from fp64.
+    const Stats s1 = ln_stats(L.x0, M, C);
+    const std::vector<float> mu1 = to_floats(s1.mu), r1 = to_floats(s1.rstd);
+    std::vector<Act> qkv((size_t)M * C3), x1((size_t)M * C), f((size_t)M * H), g(f.size()), x2(x1.size());
+    {
+        QkvForward<Act> p;
+        p.ln = {{mu1.data()}, {r1.data()}, {fq.c.data()}, {fq.b.data()}};
+        p.z = {qkv.data(), {C3}};
+        emulate_gemm(p, M, C3, C, op(x0, C), op(fq.w, C3), shape);
+    }
+    const std::vector<Act> y = gemm_store(M, C, C3, op(qkv, C3), op(att, C));
+    std::vector<float> mu2(M), r2(M), stats((size_t)M * n_tiles(C, shape.bn) * Welford::kWords);
+    auto residual_forward = [&](const std::vector<Act>& a, int k, const std::vector<Act>& w, const std::vector<float>& bias,
+                                const std::vector<Act>& residual, std::vector<Act>& out) {
+        ResidualForward<Act> p;
+        p.bias = {bias.data()}, p.residual = {residual.data(), {C}}, p.x_out = {out.data(), {C}}, p.row_stats = {stats.data()};
+        emulate_gemm(p, M, C, k, op(a, k), op(w, C), shape);
+    };
+    residual_forward(y, C, wo, bo, x0, x1);
+    for (int i = 0; i < M; i++) {
+        const RowStats rs = finalize_row_stats(stats.data(), i, n_tiles(C, shape.bn));
+        mu2[i] = rs.mu, r2[i] = rs.rstd;
+    }
+    {
+        FcForward<Act> p;
+        p.ln = {{mu2.data()}, {r2.data()}, {ff.c.data()}, {ff.b.data()}};
+        p.f = {f.data(), {H}}, p.g = {g.data(), {H}};
+        emulate_gemm(p, M, H, C, op(x1, C), op(ff.w, H), shape);
+    }
+    residual_forward(g, H, wp, bp, x1, x2);
+    r.x2 = to_double(x2);
+
+    // ---- backward
+    const std::vector<Act> dres2 = to_act<Act>(L.dx2);
+    FoldBackward<Act> fc_grad(M, H, C, shape), qkv_grad(M, C3, C, shape);
+    {
+        GeluBackward<Act> p;  // 1. dG
+        p.f = {f.data(), {H}}, p.g = {g.data(), {H}};
+        p.fold = fc_grad.producer(mu2, r2, ff);
+        emulate_gemm(p, M, H, C, op(dres2, C), op(wp, C, true), shape);
+        fc_grad.finalize();
+    }
+    r.dwp = to_double(gemm_accumulate(H, C, M, op(g, H, true), op(dres2, C)));  // 2. dW_p
+    r.dbfc = to_double(fc_grad.db);
+    auto ln_backward_w = [&](const std::vector<Act>& x, const FoldBackward<Act>& fg, const std::vector<float>& gamma,
+                             const std::vector<float>& beta, const std::vector<float>& w, Vec& dw, Vec& dgamma, Vec& dbeta) {
+        const int N = fg.N, tiles_n = n_tiles(N, shape.bn);
+        std::vector<float> dwf((size_t)C * N, 0.f), dgp((size_t)C * tiles_n), dbp(dgp.size());
+        LnBackwardW p;
+        p.gamma = {gamma.data()}, p.beta = {beta.data()}, p.v = {fg.v.data()}, p.db = {fg.db.data()};
+        p.w = {w.data(), {N}}, p.dw = {dwf.data(), {N}}, p.dgamma = {dgp.data()}, p.dbeta = {dbp.data()};
+        emulate_gemm(p, C, N, M, op(x, C, true), op(fg.dz_hat, N), shape);
+        dw = to_double(dwf), dgamma = row_sums(dgp, C, tiles_n), dbeta = row_sums(dbp, C, tiles_n);
+    };
+    auto ln_backward_x = [&](const FoldBackward<Act>& fg, const Fold<Act>& fold, const std::vector<Act>& x,
+                             const std::vector<float>& mu, const std::vector<float>& rstd, const std::vector<Act>& dres,
+                             Vec* bias_grad) {
+        const int N = fg.N;
+        std::vector<Act> dx((size_t)M * C);
+        std::vector<float> bgp((size_t)n_tiles(M, shape.bm) * C);
+        LnBackwardX<Act> p;
+        p.mu = {mu.data()}, p.rstd = {rstd.data()}, p.m1 = {fg.m1.data()}, p.m2 = {fg.m2.data()};
+        p.x = {x.data(), {C}}, p.dres = {dres.data(), {C}}, p.dx_out = {dx.data(), {C}}, p.bias_grad = {bgp.data()};
+        emulate_gemm(p, M, C, N, op(fg.dz_hat, N), op(fold.w, N, true), shape);
+        if (bias_grad) *bias_grad = col_sums(bgp, C, n_tiles(M, shape.bm));
+        return dx;
+    };
+    ln_backward_w(x1, fc_grad, g2, b2, wfc, r.dwfc, r.dg2, r.db2);                      // 3. dW_fc
+    const std::vector<Act> dres1 = ln_backward_x(fc_grad, ff, x1, mu2, r2, dres2, &r.dbo);  // 4. dX
+    const std::vector<Act> dy = gemm_store(M, C, C, op(dres1, C), op(wo, C, true));         // 5. dY
+    r.dwo = to_double(gemm_accumulate(C, C, M, op(y, C, true), op(dres1, C)));              // 6. dW_o
+    const std::vector<Act> dqkv = gemm_store(M, C3, C, op(dy, C), op(att, C, true));        // 7. attention backward
+    {
+        QkvGradient<Act> p;  // 8. the dqkv pass
+        p.dqkv = {dqkv.data(), {C3}}, p.qkv = {qkv.data(), {C3}};
+        p.fold = qkv_grad.producer(mu1, r1, fq);
+        emulate_pass(p, M, C3, shape);
+        qkv_grad.finalize();
+    }
+    r.dbqkv = to_double(qkv_grad.db);
+    ln_backward_w(x0, qkv_grad, g1, b1, wqkv, r.dwqkv, r.dg1, r.db1);                     // 9. dW_qkv
+    r.dx0 = to_double(ln_backward_x(qkv_grad, fq, x0, mu1, r1, dres1, nullptr));           // 10. dX
+    return r;
+}
+
+void compare_layers(const LayerResult& got, const LayerResult& ref, double bound) {
+    const std::pair<const char*, Vec LayerResult::*> fields[] = {
+        {"x2", &LayerResult::x2},       {"dx0", &LayerResult::dx0},   {"dWqkv", &LayerResult::dwqkv},
+        {"dbqkv", &LayerResult::dbqkv}, {"dgamma1", &LayerResult::dg1}, {"dbeta1", &LayerResult::db1},
+        {"dWo", &LayerResult::dwo},     {"dbo", &LayerResult::dbo},   {"dgamma2", &LayerResult::dg2},
+        {"dbeta2", &LayerResult::db2},  {"dWfc", &LayerResult::dwfc}, {"dbfc", &LayerResult::dbfc},
+        {"dWp", &LayerResult::dwp}};
+    for (const auto& [name, field] : fields) expect_norm(std::string(name) + " (||err|| / ||ref||)", got.*field, ref.*field, bound);
+}
+
+// With fp32 activations the composition must equal textbook backprop to fp32 precision: this
+// checks the algebra of CODA_GPT2.md as coded. With bf16 activations (training), to bf16 precision.
+TEST(Layer, CodaMatchesTextbookBackprop) {
+    Rng rng(20);
+    const Layer layer(rng, 37, 40);
+    const LayerResult ref = textbook_layer(layer);
+    for (const TileShape shape : {TileShape{32, 32}, TileShape{64, 96, {8, 1}, {4, 4}}}) {
+        std::printf("  tiles %dx%d, fp32 activations\n", shape.bm, shape.bn);
+        compare_layers(coda_layer<float>(layer, shape), ref, 1e-5);
+        std::printf("  tiles %dx%d, bf16 activations\n", shape.bm, shape.bn);
+        compare_layers(coda_layer<bf16>(layer, shape), ref, 2e-2);
+    }
+}
+
+}  // namespace
