@@ -8,26 +8,17 @@
 #include <gtest/gtest.h>
 
 #include "common.hpp"
+#include "test_util.hpp"
 #include "config.hpp"
 #include "config_cli.hpp"
 
 using namespace codagpt;
 using nlohmann::json;
 namespace fs = std::filesystem;
+using codagpt::test::error_of;
+using codagpt::test::mentions;
 
 namespace {
-
-// The message of the Error `f` throws, or a test failure when it does not throw one.
-template <class F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    ADD_FAILURE() << "no codagpt::Error thrown";
-    return "";
-}
 
 // The default config as JSON with `patch` merged in.
 json defaults_with(const json& patch) {

@@ -11,9 +11,12 @@
 #include <vector>
 
 #include "common.hpp"
+#include "test_util.hpp"
 #include "data.hpp"
 
 namespace fs = std::filesystem;
+using codagpt::test::error_of;
+using codagpt::test::mentions;
 using namespace codagpt;
 
 namespace {
@@ -55,22 +58,6 @@ std::string llmc_bytes(int32_t magic, int32_t version, int32_t count, const std:
 
 void write_bytes(const std::string& path, const std::string& bytes) {
     std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
-}
-
-// The message of the Error that f throws, or a marker when it throws none.
-template <class F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no Error thrown>";
-}
-
-testing::AssertionResult mentions(const std::string& message, const std::string& part) {
-    if (message.find(part) != std::string::npos) return testing::AssertionSuccess();
-    return testing::AssertionFailure() << "\"" << message << "\" does not mention \"" << part << "\"";
 }
 
 std::vector<uint16_t> iota_tokens(size_t n, uint16_t first) {

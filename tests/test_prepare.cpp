@@ -11,11 +11,14 @@
 #include <vector>
 
 #include "common.hpp"
+#include "test_util.hpp"
 #include "data.hpp"
 #include "prepare.hpp"
 #include "tokenizer.hpp"
 
 namespace fs = std::filesystem;
+using codagpt::test::error_of;
+using codagpt::test::mentions;
 using namespace codagpt;
 
 namespace {
@@ -48,21 +51,6 @@ struct TempDir {
         return (path / name).string();
     }
 };
-
-template <class F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "<no Error thrown>";
-}
-
-testing::AssertionResult mentions(const std::string& message, const std::string& part) {
-    if (message.find(part) != std::string::npos) return testing::AssertionSuccess();
-    return testing::AssertionFailure() << "\"" << message << "\" does not mention \"" << part << "\"";
-}
 
 std::vector<int> read_all(const std::vector<std::string>& shards) {
     std::vector<int> all;
