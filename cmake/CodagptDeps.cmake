@@ -50,37 +50,27 @@ macro(codagpt_find_gtest)
 endmacro()
 
 # cuDNN and NCCL: system paths, or a hint (CUDNN_ROOT / NCCL_ROOT, as on the GPU machine where they
-# live inside Python wheels with versioned sonames only, e.g. libcudnn.so.9).
-function(_codagpt_find_versioned_lib var root_var names)
-  find_library(${var} NAMES ${names}
-               HINTS ${${root_var}} $ENV{${root_var}} ${CUDAToolkit_LIBRARY_DIR}
-               PATH_SUFFIXES lib lib64)
-endfunction()
-
-macro(codagpt_find_cudnn)
-  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+# live inside Python wheels with versioned sonames only, e.g. libcudnn.so.9). Sets
+# CODAGPT_HAVE_<NAME>, <NAME>_INCLUDE_DIR and <NAME>_LIBRARY; without it, says what is lost.
+macro(codagpt_find_cuda_library NAME header libnames without)
+  find_path(${NAME}_INCLUDE_DIR ${header} HINTS ${${NAME}_ROOT} $ENV{${NAME}_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
             PATH_SUFFIXES include)
-  _codagpt_find_versioned_lib(CUDNN_LIBRARY CUDNN_ROOT "cudnn;libcudnn.so.9")
-  if(CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY)
-    set(CODAGPT_HAVE_CUDNN ON)
-    message(STATUS "codagpt: cuDNN ${CUDNN_LIBRARY}")
+  find_library(${NAME}_LIBRARY NAMES ${libnames} HINTS ${${NAME}_ROOT} $ENV{${NAME}_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib lib64)
+  if(${NAME}_INCLUDE_DIR AND ${NAME}_LIBRARY)
+    set(CODAGPT_HAVE_${NAME} ON)
+    message(STATUS "codagpt: ${NAME} ${${NAME}_LIBRARY}")
   else()
-    set(CODAGPT_HAVE_CUDNN OFF)
-    message(STATUS "codagpt: cuDNN not found: attention falls back to the own flash-attention kernel "
-                   "(install cuDNN 9, or pass -DCUDNN_ROOT=<dir with include/ and lib/>)")
+    set(CODAGPT_HAVE_${NAME} OFF)
+    message(STATUS "codagpt: ${NAME} not found: ${without} (pass -D${NAME}_ROOT=<dir with include/ and lib/>)")
   endif()
 endmacro()
 
+macro(codagpt_find_cudnn)
+  codagpt_find_cuda_library(CUDNN cudnn.h "cudnn;libcudnn.so.9"
+                            "attention uses the own flash-attention kernel (install cuDNN 9)")
+endmacro()
+
 macro(codagpt_find_nccl)
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
-            PATH_SUFFIXES include)
-  _codagpt_find_versioned_lib(NCCL_LIBRARY NCCL_ROOT "nccl;libnccl.so.2")
-  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
-    set(CODAGPT_HAVE_NCCL ON)
-    message(STATUS "codagpt: NCCL ${NCCL_LIBRARY}")
-  else()
-    set(CODAGPT_HAVE_NCCL OFF)
-    message(STATUS "codagpt: NCCL not found: multi-GPU training is not built "
-                   "(apt-get install libnccl-dev, or pass -DNCCL_ROOT=<dir with include/ and lib/>)")
-  endif()
+  codagpt_find_cuda_library(NCCL nccl.h "nccl;libnccl.so.2" "multi-GPU training is not built (apt-get install libnccl-dev)")
 endmacro()
