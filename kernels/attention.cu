@@ -19,6 +19,7 @@
 #endif
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <type_traits>
 
@@ -632,7 +633,13 @@ struct Attention::Impl {
 
 Attention::Attention(bool prefer_cudnn) : impl_(new Impl) {
 #ifdef CODAGPT_HAVE_CUDNN
-    if (prefer_cudnn && CudnnAttention::available()) impl_->cudnn = new CudnnAttention();
+    if (prefer_cudnn && CudnnAttention::available()) {
+        try {
+            impl_->cudnn = new CudnnAttention();
+        } catch (const Error& e) {
+            std::fprintf(stderr, "attention: cuDNN unusable (%s); using the own flash kernels\n", e.what());
+        }
+    }
 #else
     (void)prefer_cudnn;
 #endif
@@ -657,8 +664,16 @@ void Attention::reserve(int B, int T, int NH, int HS) {
     check_shape(B, T, NH, HS);
 #ifdef CODAGPT_HAVE_CUDNN
     if (impl_->cudnn) {
-        impl_->cudnn->reserve(B, T, NH, HS);
-        return;
+        // Training must not break on cuDNN: a shape it cannot plan falls back to the own kernels for good.
+        try {
+            impl_->cudnn->reserve(B, T, NH, HS);
+            return;
+        } catch (const Error& e) {
+            std::fprintf(stderr, "attention: no cuDNN SDPA plan for B=%d T=%d NH=%d HS=%d, falling back to flash: %s\n",
+                         B, T, NH, HS, e.what());
+            delete impl_->cudnn;
+            impl_->cudnn = nullptr;
+        }
     }
 #endif
     const size_t n = (size_t)B * NH * T;
