@@ -98,6 +98,20 @@ struct ResidualForward : NoColPartials {
     CODA_HD void write_row(const Row& row, RowSlot s) const { row_stats.write(row.x, s); }
 };
 
+// (3') The row statistics of a residual stream that no GEMM produced (the embedding output,
+// which layer 0's LN1 reads): a pass with no GEMM (acc = 0) over the stored x.
+// row partials of x: Welford (count, mean, M2), merged by finalize_row_stats like (3)'s
+template <class Act = bf16>
+struct ResidualStats : NoColPartials {
+    LoadTile<Act> x;
+    RowPartials<Welford> row_stats;
+
+    using Row = typename ResidualForward<Act>::Row;
+    template <class E>
+    CODA_HD void element(const E& e, Row& row, Col&) const { row.x.add(x(e)); }
+    CODA_HD void write_row(const Row& row, RowSlot s) const { row_stats.write(row.x, s); }
+};
+
 // (4) LM head GEMM, A = x, B = W~e = diag(gamma_f) wte^T (no bias: b~ = beta_f wte^T).
 // z = r*(acc - mu*c) + b~ ;  row partials (max, sum exp) of z over j < vocab ;  z_target = z[i, target_i]
 // Statistics and target come from the stored logits, which the cross-entropy kernel turns into
@@ -124,6 +138,33 @@ struct LmHeadForward : NoColPartials {
 };
 
 // ================================================================ backward
+
+// (4') The cross-entropy pass over the stored logits (no GEMM: acc = 0): dlogits, then the
+// dz-producer outputs of the LN_f fold, with dz^ written in place of the logits.
+// dz = (exp(z - lse) - [j == target]) * scale for j < vocab, 0 on padded columns ;
+// dz^ = r*dz, m1 += dz*c, m2 += dz*(z - b~), db += dz, v += mu*dz^
+// scale = 1/(B T) times the micro-batch's share of an accumulated gradient. dz^ may alias logits.
+template <class Act = bf16>
+struct CrossEntropyGradient {
+    LoadTile<Act> logits;
+    RowVec lse;
+    const int* target = nullptr;
+    int vocab = 0;
+    float scale = 0.f;
+    FoldGradient<Act> fold;  // of the LM head: LN_f's mu, rstd, c, b~
+
+    using Row = typename FoldGradient<Act>::Row;
+    using Col = typename FoldGradient<Act>::Col;
+    template <class E>
+    CODA_HD void element(const E& e, Row& row, Col& col) const {
+        const float z = logits(e);
+        const float onehot = e.j == target[e.i] ? 1.f : 0.f;
+        const float dz = e.j < vocab ? (expf(z - lse(e)) - onehot) * scale : 0.f;
+        fold.element(e, dz, z, row, col);
+    }
+    CODA_HD void write_row(const Row& row, RowSlot s) const { fold.write_row(row, s); }
+    CODA_HD void write_col(const Col& col, ColSlot s) const { fold.write_col(col, s); }
+};
 
 // (5) dG GEMM, A = dres, B = Wp^T: GELU backward, then the dz-producer outputs of the fc fold.
 // df = acc * gelu'(f) ; g = gelu(f) ; dz^ = r*df, m1 += df*c, m2 += df*(f - b~), db += df, v += mu*dz^
@@ -212,6 +253,22 @@ struct LnBackwardW : NoColPartials {
         row.dbeta.add(w_kj, db(e));
     }
     CODA_HD void write_row(const Row& row, RowSlot s) const { dgamma.write(row.dgamma, s); dbeta.write(row.dbeta, s); }
+};
+
+// (8) Plain GEMMs of the backward: dY = dres' Wo^T (stored), and the weight gradients
+// dW_o = y^T dres', dW_p = g^T dres (accumulated into the fp32 gradient).
+// out = acc
+template <class Act = bf16>
+struct PlainStore : NoRowPartials, NoColPartials {
+    StoreTile<Act> out;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const { out.store(e, e.acc); }
+};
+// dw += acc
+struct PlainAccumulate : NoRowPartials, NoColPartials {
+    AccumulateTile<float> dw;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const { dw.add(e, e.acc); }
 };
 
 // ================================================================ finalize (one thread per row or column)

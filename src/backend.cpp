@@ -16,6 +16,14 @@ namespace codagpt {
 
 namespace {
 
+void check_state_sizes(const TrainState& s, size_t n) {
+    if (s.params.size() != n || s.m.size() != n || s.v.size() != n)
+        throw Error("training state holds " + std::to_string(s.params.size()) + " parameters and " +
+                    std::to_string(s.m.size()) + "/" + std::to_string(s.v.size()) +
+                    " AdamW moments; this model has " + std::to_string(n));
+    if (s.t < 0) throw Error("training state: negative AdamW step count " + std::to_string(s.t));
+}
+
 class CPUBackend final : public TrainBackend {
 public:
     explicit CPUBackend(const TrainConfig& c) : model_(c.model), optimizer_(param_layout(c.model)), B_(c.batch_size), T_(c.seq_len) {
@@ -36,6 +44,14 @@ public:
         const double norm = global_grad_norm(model_.grads.data(), model_.grads.size());
         optimizer_.step(model_.params.data(), model_.grads.data(), lr, norm, c);
         return norm;
+    }
+    TrainState save_state() const override { return {model_.params, optimizer_.m, optimizer_.v, optimizer_.t}; }
+    void load_state(const TrainState& s) override {
+        check_state_sizes(s, model_.params.size());
+        model_.params = s.params;
+        optimizer_.m = s.m;
+        optimizer_.v = s.v;
+        optimizer_.t = s.t;
     }
 
 private:
@@ -65,6 +81,15 @@ public:
     }
     double evaluate(const int* inputs, const int* targets) override { return model_.forward(inputs, targets, false); }
     double update(double lr, const TrainConfig& c) override { return model_.update(lr, c); }
+    TrainState save_state() const override {
+        GPT2GPU::OptimizerState o = model_.optimizer_state();
+        return {model_.master_params(), std::move(o.m), std::move(o.v), o.t};
+    }
+    void load_state(const TrainState& s) override {
+        check_state_sizes(s, model_.num_params());
+        model_.set_params(s.params);  // master weights and their bf16 copies, rounded as AdamW rounds them
+        model_.set_optimizer_state(s.m, s.v, s.t);
+    }
     double device_memory_mib() const override {
         size_t free = 0, total = 0;
         if (cudaMemGetInfo(&free, &total) != cudaSuccess) return -1;

@@ -2,10 +2,18 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config.hpp"
 
 namespace codagpt {
+
+// What a checkpoint holds of a backend: the fp32 weights of record (the master weights on a GPU),
+// the AdamW moments, all flat in param_layout() order, and the number of AdamW updates taken.
+struct TrainState {
+    std::vector<float> params, m, v;
+    long t = 0;
+};
 
 class TrainBackend {
 public:
@@ -21,6 +29,10 @@ public:
     virtual double update(double lr, const TrainConfig& c) = 0;
     // Device memory in use (total - free, as llm.c reports it), or -1 where not applicable.
     virtual double device_memory_mib() const { return -1; }
+    // For checkpoints: a host copy of the state, and its restoration (sizes are checked: Error).
+    // After load_state the backend continues exactly as the one save_state was taken from.
+    virtual TrainState save_state() const = 0;
+    virtual void load_state(const TrainState& s) = 0;
 };
 
 std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& c);

@@ -192,6 +192,9 @@ const std::vector<ConfigKey>& config_schema() {
             [](auto& c) { return &c.eval_every; }),
         key("eval_batches", "validation batches per pass", [](auto& c) { return &c.eval_batches; }),
         key("log_every", "steps between training log lines", [](auto& c) { return &c.log_every; }),
+        key("ckpt_every", "steps between checkpoints (also after the last step); 0: only on SIGINT/SIGTERM",
+            [](auto& c) { return &c.ckpt_every; }),
+        key("ckpt_keep", "checkpoints kept in out_dir (the newest)", [](auto& c) { return &c.ckpt_keep; }),
         key("seed", "seed of initialization and data order", [](auto& c) { return &c.seed; }),
     };
     return schema;
@@ -238,6 +241,8 @@ void validate(const TrainConfig& c) {
     require_at_least("eval_every", c.eval_every, 0);
     require_at_least("eval_batches", c.eval_batches, 1);
     require_at_least("log_every", c.log_every, 1);
+    require_at_least("ckpt_every", c.ckpt_every, 0);
+    require_at_least("ckpt_keep", c.ckpt_keep, 1);
 }
 
 TrainConfig config_from_json(const json& j) {

@@ -48,6 +48,10 @@ struct TrainConfig {
     int eval_every = 50;     // 0 disables; also evaluated after the last step
     int eval_batches = 8;
     int log_every = 1;
+    // checkpoints: out_dir/ckpt_<step>.bin every ckpt_every steps and after the last (0: only on
+    // SIGINT/SIGTERM), keeping the newest ckpt_keep
+    int ckpt_every = 0;
+    int ckpt_keep = 3;
     uint64_t seed = 1337;
 };
 

@@ -4,40 +4,79 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <unistd.h>
 
 #include "common.hpp"
 
 namespace codagpt {
 
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-    const std::string tmp = path + ".tmp." + std::to_string(getpid());
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) throw Error("cannot create " + tmp + ": " + std::strerror(errno));
-    auto fail = [&](const char* what) {
-        const std::string reason = std::strerror(errno);
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw Error(std::string(what) + " " + path + ": " + reason);
-    };
-    for (size_t done = 0; done < bytes.size();) {
-        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-        if (n < 0) {
+AtomicFileWriter::AtomicFileWriter(std::string path)
+    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(getpid())) {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd_ < 0) throw Error("cannot create " + tmp_ + ": " + std::strerror(errno));
+}
+
+AtomicFileWriter::~AtomicFileWriter() { abandon(); }
+
+void AtomicFileWriter::abandon() {
+    if (fd_ < 0) return;
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+    fd_ = -1;
+}
+
+void AtomicFileWriter::fail(const std::string& what) {
+    const std::string reason = std::strerror(errno);
+    abandon();
+    throw Error(what + " " + path_ + ": " + reason);
+}
+
+void AtomicFileWriter::write(const void* data, size_t n) {
+    if (fd_ < 0) throw Error("write to " + path_ + " after it was committed or abandoned");
+    const char* p = static_cast<const char*>(data);
+    for (size_t done = 0; done < n;) {
+        // Linux writes at most ~2 GiB per call; larger requests simply come back short.
+        const ssize_t k = ::write(fd_, p + done, n - done);
+        if (k < 0) {
             if (errno == EINTR) continue;
             fail("cannot write");
         }
-        done += (size_t)n;
+        done += (size_t)k;
     }
-    if (::fsync(fd) != 0) fail("cannot sync");
+    written_ += n;
+}
+
+void AtomicFileWriter::commit() {
+    if (fd_ < 0) throw Error("commit of " + path_ + " after it was committed or abandoned");
+    if (::fsync(fd_) != 0) fail("cannot sync");
+    const int fd = fd_;
+    fd_ = -1;
     if (::close(fd) != 0) {
-        ::unlink(tmp.c_str());
-        throw Error("cannot close " + tmp + ": " + std::strerror(errno));
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
         const std::string reason = std::strerror(errno);
-        ::unlink(tmp.c_str());
-        throw Error("cannot rename " + tmp + " to " + path + ": " + reason);
+        ::unlink(tmp_.c_str());
+        throw Error("cannot close " + tmp_ + ": " + reason);
     }
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+        const std::string reason = std::strerror(errno);
+        ::unlink(tmp_.c_str());
+        throw Error("cannot rename " + tmp_ + " to " + path_ + ": " + reason);
+    }
+    // The rename lives in the folder: sync it too, so that the new name survives a power loss.
+    // Best effort: the file itself is complete either way.
+    std::string dir = std::filesystem::path(path_).parent_path().string();
+    if (dir.empty()) dir = ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+    AtomicFileWriter out(path);
+    out.write(bytes.data(), bytes.size());
+    out.commit();
 }
 
 }  // namespace codagpt

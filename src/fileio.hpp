@@ -1,5 +1,6 @@
 // Writing files so that a crash or an error never leaves half a file behind.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -8,5 +9,30 @@ namespace codagpt {
 // Writes bytes to a temporary file beside `path`, fsyncs it, then renames it over `path`.
 // On any failure the temporary file is removed, `path` is untouched, and Error names the file.
 void write_file_atomic(const std::string& path, std::string_view bytes);
+
+// The same, streamed, for files too large to build in memory (checkpoints): bytes go to
+// `<path>.tmp.<pid>` as they are written; commit() fsyncs, renames over `path` and fsyncs the
+// folder. Destroyed without commit() (an error, an exception while producing the bytes), it removes
+// the temporary file and leaves `path` as it was. A crash before the rename can leave the
+// temporary file behind, never a damaged `path`.
+class AtomicFileWriter {
+public:
+    explicit AtomicFileWriter(std::string path);  // throws Error when the temporary file cannot be made
+    ~AtomicFileWriter();
+    AtomicFileWriter(const AtomicFileWriter&) = delete;
+    AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+    void write(const void* data, size_t n);  // throws Error (and abandons the file) on failure
+    void commit();
+    size_t bytes_written() const { return written_; }
+    const std::string& temp_path() const { return tmp_; }
+
+private:
+    [[noreturn]] void fail(const std::string& what);
+    void abandon();
+    std::string path_, tmp_;
+    int fd_ = -1;
+    size_t written_ = 0;
+};
 
 }  // namespace codagpt

@@ -41,6 +41,11 @@ int main(int argc, char** argv) {
     train->add_flag("-q,--quiet", train_opt.quiet, "Print only evaluation and summary lines");
     train->add_option("--bench-json", train_opt.bench_json,
                       "Append a benchmark record (steady-state tok/s, ms/step, losses) to this JSON file");
+    train->add_option("--resume", train_opt.resume,
+                      "Continue from a checkpoint: a path, or latest (the newest ckpt_<step>.bin in out_dir)");
+    train->add_option("--stop-after", train_opt.stop_after,
+                      "Stop after this step as on SIGINT: save a checkpoint and exit 0 (jobs with a time limit)")
+        ->check(CLI::NonNegativeNumber);
     add_config_options(*train, overrides);
 
     // ---- prepare

@@ -4,6 +4,7 @@
 #include "model_gpu.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "adamw.cuh"
 #include "attention.cuh"
@@ -242,6 +243,25 @@ std::vector<float> GPT2GPU::master_params() const {
     std::vector<float> h(num_params_);
     CUDA_CHECK(cudaMemcpy(h.data(), impl_->master, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
     return h;
+}
+
+GPT2GPU::OptimizerState GPT2GPU::optimizer_state() const {
+    OptimizerState s{std::vector<float>(num_params_), std::vector<float>(num_params_), impl_->step};
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    CUDA_CHECK(cudaMemcpy(s.m.data(), impl_->m, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(s.v.data(), impl_->v, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
+    return s;
+}
+
+void GPT2GPU::set_optimizer_state(const std::vector<float>& m, const std::vector<float>& v, long t) {
+    if (m.size() != num_params_ || v.size() != num_params_)
+        throw Error("set_optimizer_state: expected " + std::to_string(num_params_) + " values per moment");
+    if (t < 0 || t > std::numeric_limits<int>::max())
+        throw Error("set_optimizer_state: step count " + std::to_string(t) + " out of range");
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    CUDA_CHECK(cudaMemcpy(impl_->m, m.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(impl_->v, v.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
+    impl_->step = (int)t;
 }
 
 std::vector<float> GPT2GPU::grads() const {

@@ -30,6 +30,13 @@ public:
     void set_params(const std::vector<float>& params);
     std::vector<float> master_params() const;  // fp32 weights of record
     std::vector<float> grads() const;          // fp32 gradients, param_layout order
+    // AdamW state, for checkpoints: moments in param_layout order and the number of updates taken.
+    struct OptimizerState {
+        std::vector<float> m, v;
+        long t = 0;
+    };
+    OptimizerState optimizer_state() const;
+    void set_optimizer_state(const std::vector<float>& m, const std::vector<float>& v, long t);
 
     // Forward of one micro-batch (host token ids, B*T each). Returns the mean loss over its B*T
     // positions. With backward_next, the classifier leaves dlogits scaled by grad_scale / (B*T)

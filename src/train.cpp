@@ -1,15 +1,20 @@
-// The training program, top to bottom: pick the backend, build the model, the data loaders and
-// the optimizer, then the step loop with logging and periodic evaluation.
+// The training program, top to bottom: read the checkpoint to resume from, pick the backend, build
+// the model, the data loaders and the optimizer, then the step loop with logging, periodic
+// evaluation and checkpoints.
 #include "train.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "backend.hpp"
+#include "checkpoint.hpp"
 #include "common.hpp"
 #include "data.hpp"
 #include "device.hpp"
@@ -23,15 +28,70 @@ namespace fs = std::filesystem;
 namespace {
 
 // One JSON object per line; flushed per line so a killed run keeps every finished step.
+// A resumed run (resume_step set) keeps the lines of the steps before its checkpoint and appends;
+// lines a crashed run wrote after that checkpoint are dropped, as the resumed run redoes them.
 class MetricsLog {
 public:
-    explicit MetricsLog(const fs::path& path) : f_(path, std::ios::trunc) {
+    MetricsLog(const fs::path& path, std::optional<int> resume_step) {
+        if (resume_step) keep_lines_before(path, *resume_step);
+        f_.open(path, resume_step ? std::ios::app : std::ios::trunc);
         if (!f_) throw Error("cannot open metrics file " + path.string());
     }
     void write(const nlohmann::json& j) { f_ << j.dump() << '\n' << std::flush; }
 
 private:
+    // Keeps the training lines of steps <= step and the evaluation lines of steps < step (the
+    // evaluation at `step` runs after the checkpoint, so the resumed run writes it).
+    static void keep_lines_before(const fs::path& path, int step) {
+        std::ifstream in(path);
+        std::string kept;
+        for (std::string line; std::getline(in, line);) {
+            const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+            if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;  // a torn last line
+            const int s = j["step"].get<int>();
+            if (s < step || (s == step && j.contains("loss"))) kept += line + "\n";
+        }
+        write_file_atomic(path.string(), kept);
+    }
     std::ofstream f_;
+};
+
+// SIGINT/SIGTERM set this; the step loop reads it after each step. Global because a signal
+// handler can reach nothing else.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+extern "C" void on_stop_signal(int sig) {
+    // The first signal asks for a clean stop; a second one ends the process at once (the last
+    // checkpoint on disk is intact: they are written atomically).
+    if (g_stop_signal.exchange(sig) != 0) {
+        std::signal(sig, SIG_DFL);
+        std::raise(sig);
+    }
+}
+
+// Installs the stop handlers for the life of a run and restores the previous ones after it.
+class StopSignals {
+public:
+    StopSignals() {
+        g_stop_signal = 0;
+        struct sigaction sa {};
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;  // file reads and writes carry on; the loop notices at the step's end
+        sigaction(SIGINT, &sa, &old_int_);
+        sigaction(SIGTERM, &sa, &old_term_);
+    }
+    ~StopSignals() {
+        sigaction(SIGINT, &old_int_, nullptr);
+        sigaction(SIGTERM, &old_term_, nullptr);
+    }
+    StopSignals(const StopSignals&) = delete;
+    StopSignals& operator=(const StopSignals&) = delete;
+    int received() const { return g_stop_signal.load(); }
+
+private:
+    struct sigaction old_int_ {}, old_term_ {};
 };
 
 std::unique_ptr<TrainBackend> make_backend(const TrainConfig& cfg, const TrainOptions& opt) {
@@ -67,13 +127,29 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     const ModelConfig& mc = cfg.model;
     const int B = cfg.batch_size, T = cfg.seq_len;
     const long tokens_per_step = (long)B * T * cfg.grad_accum;
+    if (opt.stop_after < 0) throw Error("--stop-after must be >= 0, got " + std::to_string(opt.stop_after));
 
-    // ---- data first: bad shards fail before any memory is taken
+    // ---- the checkpoint to resume from, read and checked before anything is written
+    std::optional<Checkpoint> resume;
+    std::string resume_path;
+    if (!opt.resume.empty()) {
+        resume_path = opt.resume == "latest" ? latest_checkpoint(cfg.out_dir) : opt.resume;
+        resume = load_checkpoint(resume_path);
+        check_resumable(*resume, cfg, resume_path);
+    }
+    const int first_step = resume ? resume->step : 0;
+
+    // ---- data: bad shards fail before any memory is taken
     DataLoader train_data(cfg.train_data, B, T, /*rank=*/0, /*world=*/1, cfg.shuffle, cfg.seed, mc.vocab_size);
     DataLoader val_data(cfg.val_data, B, T, 0, 1, /*shuffle=*/false, cfg.seed, mc.vocab_size);
+    if (resume) train_data.set_state(resume->train_loader);
 
-    // ---- model and optimizer on the chosen device
+    // ---- model and optimizer on the chosen device (weights, moments and step from the checkpoint)
     std::unique_ptr<TrainBackend> model = make_backend(cfg, opt);
+    if (resume) {
+        model->load_state(resume->state);
+        resume->state = TrainState{};  // the host copy is no longer needed
+    }
     const std::string gpu = model->device_memory_mib() >= 0 ? cuda_device_name() : "";
     // FLOPs per token of forward + backward: 6N for the weights, 6LCT for causal attention scores.
     const double flops_per_token = 6.0 * model->num_params() + 6.0 * mc.n_layer * mc.n_embd * T;
@@ -82,12 +158,13 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // ---- run directory: the resolved config and the metrics log
     fs::create_directories(cfg.out_dir);
     write_file_atomic((fs::path(cfg.out_dir) / "config.json").string(), config_to_json(cfg).dump(2) + "\n");
-    MetricsLog metrics(fs::path(cfg.out_dir) / "metrics.jsonl");
+    MetricsLog metrics(fs::path(cfg.out_dir) / "metrics.jsonl", resume ? std::optional<int>(first_step) : std::nullopt);
 
     std::printf("codagpt train: %s | %s | %.2fM parameters | L=%d C=%d H=%d T=%d\n", cfg.name.c_str(),
                 model->describe().c_str(), model->num_params() / 1e6, mc.n_layer, mc.n_embd, mc.n_head, T);
     std::printf("batch %d x %d x %d accum = %ld tokens/step | %zu train batches/epoch | %d steps | out %s\n", B, T,
                 cfg.grad_accum, tokens_per_step, train_data.windows_per_rank(), cfg.steps, cfg.out_dir.c_str());
+    if (resume) std::printf("resumed from %s at step %d\n", resume_path.c_str(), first_step);
 
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     auto eval_and_log = [&](int step) {
@@ -97,11 +174,24 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         return val_loss;
     };
 
-    // ---- the step loop
     using clock = std::chrono::steady_clock;
+    // Everything the next step depends on: weights, AdamW state, data position. Not timed as training.
+    auto save_checkpoint_at = [&](int steps_done) {
+        const auto t0 = clock::now();
+        const std::string path = checkpoint_path(cfg.out_dir, steps_done);
+        Checkpoint ck{cfg, steps_done, train_data.state(), model->save_state()};
+        save_checkpoint(path, ck);
+        prune_checkpoints(cfg.out_dir, steps_done, cfg.ckpt_keep);
+        if (!opt.quiet)
+            std::printf("checkpoint %s (%.1f MiB, %.2f s)\n", path.c_str(), ck.state.params.size() * 12.0 / (1 << 20),
+                        std::chrono::duration<double>(clock::now() - t0).count());
+    };
+
+    // ---- the step loop
+    StopSignals signals;
     double train_seconds = 0, last_loss = 0, memory_mib = -1;
     std::vector<double> step_ms;
-    for (int step = 0; step < cfg.steps; step++) {
+    for (int step = first_step; step < cfg.steps; step++) {
         if (cfg.eval_every > 0 && step % cfg.eval_every == 0) eval_and_log(step);
 
         const auto t0 = clock::now();
@@ -120,7 +210,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         train_seconds += seconds;
         step_ms.push_back(seconds * 1e3);
         last_loss = loss;
-        if (step == std::min(cfg.steps - 1, 2)) memory_mib = model->device_memory_mib();
+        if (step == std::min(cfg.steps - 1, first_step + 2)) memory_mib = model->device_memory_mib();
         const double tok_s = tokens_per_step / seconds;
         const double mfu = peak > 0 ? tok_s * flops_per_token / peak : 0;
         metrics.write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
@@ -131,14 +221,25 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             if (peak > 0) std::printf(" | MFU %.1f%%", 100 * mfu);
             std::printf("\n");
         }
+
+        const int done = step + 1;
+        const int stop_signal = signals.received();
+        const bool stop = stop_signal != 0 || (done == opt.stop_after && done < cfg.steps);
+        if (stop || (cfg.ckpt_every > 0 && (done % cfg.ckpt_every == 0 || done == cfg.steps))) save_checkpoint_at(done);
+        if (stop) {
+            std::printf("stopped after step %d/%d (%s): continue with --resume latest\n", done, cfg.steps,
+                        stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "--stop-after");
+            return 0;
+        }
     }
+    const int steps_run = (int)step_ms.size();
     const double val_loss = eval_and_log(cfg.steps);
-    std::printf("done: %d steps in %.1f s | final train loss %.4f | val loss %.4f | %.0f tok/s", cfg.steps,
-                train_seconds, last_loss, val_loss, tokens_per_step * cfg.steps / train_seconds);
+    std::printf("done: %d steps in %.1f s | final train loss %.4f | val loss %.4f | %.0f tok/s", steps_run,
+                train_seconds, last_loss, val_loss, steps_run > 0 ? tokens_per_step * steps_run / train_seconds : 0.0);
     if (memory_mib >= 0) std::printf(" | device memory %.0f MiB", memory_mib);
     std::printf("\n");
 
-    if (!opt.bench_json.empty()) {
+    if (!opt.bench_json.empty() && !step_ms.empty()) {
         // Steady state: the median step after the first few (allocation, caches, autotuning).
         const size_t skip = std::min<size_t>(3, step_ms.size() / 2);
         const double ms = median(std::vector<double>(step_ms.begin() + skip, step_ms.end()));

@@ -11,9 +11,16 @@ struct TrainOptions {
     bool quiet = false;           // only the summary lines (metrics still go to the JSONL file)
     std::string bench_json;       // append a benchmark record (bench/results format) to this file
     std::string command;          // the command line, for that record
+    std::string resume;           // checkpoint to continue from: a path, or "latest" in out_dir; empty: start fresh
+    int stop_after = 0;           // stop after this step as on SIGINT (checkpoint, exit 0); 0: never
 };
 
 // Trains cfg and returns the process exit code. Bad input throws codagpt::Error.
+// Checkpoints (checkpoint.hpp) go to cfg.out_dir every cfg.ckpt_every steps and after the last
+// one. While it runs, SIGINT and SIGTERM end the run after the current step with a checkpoint and
+// exit code 0 (a second signal ends it at once; the last checkpoint stays intact).
+// With opt.resume the run continues from a checkpoint exactly as it would have gone on without the
+// interruption (same losses, same weights), appending to the run's metrics.jsonl.
 int run_train(const TrainConfig& cfg, const TrainOptions& opt);
 
 }  // namespace codagpt

@@ -23,5 +23,7 @@ expect_error "bogus" train --set bogus=1
 expect_error "--device" train --device tpu
 expect_error "seq_len" train --seq_len 100000
 expect_error "--input" prepare --out /tmp/x
-echo "$((7 - fails)) passed, $fails failed"
+expect_error "cannot open checkpoint /nonexistent/ckpt_5.bin" train --device cpu --resume /nonexistent/ckpt_5.bin
+expect_error "not a codagpt checkpoint (bad magic)" train --device cpu --resume configs/gpt2-tiny.json
+echo "$((9 - fails)) passed, $fails failed"
 [[ $fails -eq 0 ]]

@@ -1,0 +1,74 @@
+// Checkpoints: everything a run needs to continue bit for bit, in one file out_dir/ckpt_<step>.bin.
+//
+// Layout, integers little-endian:
+//   offset 0    8 bytes  magic "CODAGPTC"
+//          8    uint32   format version (kCheckpointVersion)
+//          12   uint32   M: bytes of metadata
+//          16   uint64   D: bytes of tensor data
+//          24   M bytes  metadata, one JSON object (below), then zeros up to P = 24 + M rounded up to 64
+//          P    D bytes  tensor data: fp32 little-endian, where the tensor table puts it
+//          P+D  uint32   CRC-32 (IEEE, as zlib's crc32) of every byte before it
+// Metadata: {"format": "codagpt checkpoint", "config": the run's config (every key, as config.json),
+//   "step": optimizer steps completed, "adamw_t": AdamW updates taken (bias correction),
+//   "train_loader": {"epoch", "next"} (DataLoader::State), "tensors": [{"name", "dtype": "f32",
+//   "offset", "size"}, ...]} with offset (from P) and size in bytes. The tensors are param.<name>
+//   (fp32 weights of record), then adam_m.<name>, then adam_v.<name>, each over param_layout(),
+//   contiguous. No random-generator state is needed: initialisation is a function of the seed, the
+//   data order a function of (seed, epoch), and the step itself draws nothing.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "config.hpp"
+#include "data.hpp"
+
+namespace codagpt {
+
+constexpr char kCheckpointMagic[8] = {'C', 'O', 'D', 'A', 'G', 'P', 'T', 'C'};
+constexpr uint32_t kCheckpointVersion = 1;
+constexpr size_t kCheckpointHeaderBytes = 24;  // magic, version, M, D
+constexpr size_t kCheckpointAlign = 64;        // the tensor data starts at a multiple of this
+
+struct Checkpoint {
+    TrainConfig config;  // of the run that wrote it
+    int step = 0;        // optimizer steps completed: the run continues with step index `step`
+    DataLoader::State train_loader;
+    TrainState state;
+};
+
+// Writes `ck` to `path` atomically (temporary file, fsync, rename): a crash or an error at any
+// point leaves an existing `path` as it was. Throws Error on I/O failure.
+void save_checkpoint(const std::string& path, const Checkpoint& ck);
+// The file's bytes, in order, handed to `sink` (save_checkpoint's sink is an AtomicFileWriter).
+void write_checkpoint(const Checkpoint& ck, const std::function<void(const void*, size_t)>& sink);
+// Reads and checks a checkpoint: a missing file, bad magic, another version, a truncated file,
+// a checksum mismatch and a tensor table that does not fit its own config throw Error naming the
+// file and the problem.
+Checkpoint load_checkpoint(const std::string& path);
+// Refuses (Error naming the key and both values) a checkpoint that cannot continue `cfg`: another
+// model shape or vocabulary, another data order (batch_size, seq_len, shuffle, seed), or a step
+// beyond cfg.steps. Other keys (steps, lr, eval cadence, paths, ...) may change on resume.
+void check_resumable(const Checkpoint& ck, const TrainConfig& cfg, const std::string& path);
+
+// out_dir/ckpt_<step>.bin
+std::string checkpoint_path(const std::string& out_dir, int step);
+// The checkpoints in out_dir (files named exactly ckpt_<step>.bin), ordered by step.
+struct CheckpointFile {
+    int step;
+    std::string path;
+};
+std::vector<CheckpointFile> list_checkpoints(const std::string& out_dir);
+// The one with the highest step; throws Error when out_dir has none.
+std::string latest_checkpoint(const std::string& out_dir);
+// Keeps the newest `keep` checkpoints of steps <= `step` (the one just written among them) and
+// deletes the older ones. Checkpoints of later steps (left by a run that went further before this
+// one resumed from an earlier checkpoint) are left alone; this run replaces them as it reaches them.
+void prune_checkpoints(const std::string& out_dir, int step, int keep);
+
+// CRC-32 (IEEE 802.3 polynomial, reflected; zlib's crc32), continued from `crc`.
+uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
+
+}  // namespace codagpt
