@@ -6,6 +6,7 @@
 #   bash scripts/gpu_check.sh DIR bench      350M and 1.5B at B=16, T=1024: codagpt (GELU kept and
 #                                            recomputed) and the PyTorch peer (eager and compiled)
 #   bash scripts/gpu_check.sh DIR all
+# STEPS (default 30) sets the benchmark's steps; PEER_COMPILE="0 1" (default) which peer modes run.
 set -uo pipefail
 dir=$1; what=${2:-tests}
 out=${OUT:-gpu_out}; mkdir -p "$out"
@@ -40,7 +41,7 @@ if [[ $what == bench || $what == all ]]; then
     done
   done
   if [[ -f "$dir/torch_gpt2.py" ]]; then
-    for compile in 0 1; do
+    for compile in ${PEER_COMPILE:-0 1}; do
       for shape in "gpt2-350m 24 1024 16" "gpt2-1.5b 48 1600 25"; do
         read -r model layers dim heads <<< "$shape"
         line=$(python3 "$dir/torch_gpt2.py" --layers "$layers" --dim "$dim" --heads "$heads" --batch 16 \
