@@ -1,11 +1,17 @@
 // LayerNorm forward/backward and the residual add.
 //
-// Row kernels (forward, and the dinp part of backward): one warp per row; each lane loads its
-// 16-byte vectors of the row at once (V of them: C <= 256 V, for memory-level parallelism), so the
-// row is read from memory once; later passes read the warp's copy in shared memory. Warp sums use the xor butterfly: every lane gets the same, run-to-run identical value.
-// dweight/dbias are column sums over rows: blocks own (column tile, row chunk) tiles, sum their rows
-// in a fixed order, write partials to scratch, and one thread per column adds the partials in chunk
-// order: deterministic without atomics.
+// Both LayerNorm kernels give a row to one warp: each lane issues the 16-byte loads of all its
+// vectors of the row (pack i = lane + 32 k, k < V) before the first reduction, so the row is in
+// flight at once, and keeps them in registers for the later passes (as bf16: 4 registers a pack),
+// so that every row is read from memory once. Warp sums use the xor butterfly: every lane gets the
+// same, run-to-run identical value.
+//
+// The backward pass is one pass over dout and inp: the warp that computes a row's dinp also adds the
+// row's dout * xhat and dout into its own dweight/dbias accumulators (fp32, in shared memory, each
+// entry touched only by the lane that owns its pack). A persistent grid of blocks owns contiguous
+// row chunks; at the end each block adds its warps' accumulators in warp order and writes one
+// partial row to scratch, and a last kernel adds the partial rows in chunk order: deterministic
+// without atomics, and the partials cost 2 x 8C bytes a block, ~1.6% of the traffic at N = 16384.
 #include "layernorm.cuh"
 
 #include <algorithm>
@@ -25,22 +31,44 @@ __device__ inline float warp_sum(float v) {
     return v;
 }
 
-// Rows per block of the row kernels: small blocks free their slots as soon as their few rows are
-// done. Each warp stages its row(s) in shared memory after the first pass, so that the later passes
-// read it from there instead of keeping it live in registers as fp32 (which cost occupancy).
-constexpr int kFwdRows = 4, kBwdRows = 2;
+// weight and bias: read by every row, so through the read-only cache.
+__device__ inline Packed128<bf16> load128ldg(const bf16* p) {
+    Packed128<bf16> r;
+    *reinterpret_cast<int4*>(r.v) = __ldg(reinterpret_cast<const int4*>(p));
+    return r;
+}
+
+__device__ inline void unpack8(float (&v)[8], float4 lo, float4 hi) {
+    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w;
+    v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+}
+
+// Hides the row's registers from the optimizer between two passes over it: otherwise it keeps the fp32
+// values of the first pass live for the next (twice the registers of the bf16 row) instead of
+// converting the bf16 values again.
+template <int V>
+__device__ inline void opaque(Packed128<bf16> (&v)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        int4& q = *reinterpret_cast<int4*>(v[k].v);
+        asm volatile("" : "+r"(q.x), "+r"(q.y), "+r"(q.z), "+r"(q.w));
+    }
+}
+
+// Rows (warps) per block of the forward kernel.
+constexpr int kFwdRows = 8;
 
 extern __shared__ __align__(16) unsigned char ln_smem[];
 
+// Needs C <= 256 V. Mean and variance in two passes over the registers (no E[x^2] - mean^2).
 template <int V>
 __global__ void __launch_bounds__(32 * kFwdRows) layernorm_forward_kernel(bf16* out, float* mean, float* rstd,
                                                                          const bf16* inp, const bf16* weight,
                                                                          const bf16* bias, int N, int C) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int row = blockIdx.x * kFwdRows + warp;
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * kFwdRows + threadIdx.x / 32;
     if (row >= N) return;
     const int CV = C / 8;
-    Packed128<bf16>* xs = reinterpret_cast<Packed128<bf16>*>(ln_smem) + (long)warp * CV;
     const bf16* x = inp + (long)row * C;
     Packed128<bf16> xv[V];
 #pragma unroll
@@ -48,34 +76,36 @@ __global__ void __launch_bounds__(32 * kFwdRows) layernorm_forward_kernel(bf16* 
         if (lane + 32 * k < CV) xv[k] = load128cs(x + (lane + 32 * k) * 8);
     float sum = 0.f;
 #pragma unroll
+    for (int k = 0; k < V; k++)
+        if (lane + 32 * k < CV)
+#pragma unroll
+            for (int j = 0; j < 8; j++) sum += __bfloat162float(xv[k][j]);
+    const float m = warp_sum(sum) / C;
+    opaque(xv);
+    float var = 0.f;
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        if (lane + 32 * k < CV)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float d = __bfloat162float(xv[k][j]) - m;
+                var += d * d;
+            }
+    const float r = rsqrtf(warp_sum(var) / C + kEps);
+    opaque(xv);
+    bf16* o = out + (long)row * C;
+#pragma unroll
     for (int k = 0; k < V; k++) {
         const int i = lane + 32 * k;
         if (i < CV) {
-            xs[i] = xv[k];
+            const Packed128<bf16> w = load128ldg(weight + i * 8), b = load128ldg(bias + i * 8);
+            Packed128<bf16> y;
 #pragma unroll
-            for (int j = 0; j < 8; j++) sum += __bfloat162float(xv[k][j]);
+            for (int j = 0; j < 8; j++)
+                y[j] = __float2bfloat16((__bfloat162float(xv[k][j]) - m) * r * __bfloat162float(w[j]) +
+                                        __bfloat162float(b[j]));
+            store128(o + i * 8, y);
         }
-    }
-    const float m = warp_sum(sum) / C;
-    __syncwarp();
-    float var = 0.f;
-    for (int i = lane; i < CV; i += 32) {
-        const Packed128<bf16> v = xs[i];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const float d = __bfloat162float(v[j]) - m;
-            var += d * d;
-        }
-    }
-    const float r = rsqrtf(warp_sum(var) / C + kEps);
-    bf16* o = out + (long)row * C;
-    for (int i = lane; i < CV; i += 32) {
-        const Packed128<bf16> v = xs[i], w = load128(weight + i * 8), b = load128(bias + i * 8);
-        Packed128<bf16> y;
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            y[j] = __float2bfloat16((__bfloat162float(v[j]) - m) * r * __bfloat162float(w[j]) + __bfloat162float(b[j]));
-        store128(o + i * 8, y);
     }
     if (lane == 0) {
         mean[row] = m;
@@ -83,125 +113,151 @@ __global__ void __launch_bounds__(32 * kFwdRows) layernorm_forward_kernel(bf16* 
     }
 }
 
-// dinp += r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),  dxhat = dout * w
-template <int V>
-__global__ void __launch_bounds__(32 * kBwdRows) layernorm_backward_dinp_kernel(bf16* dinp, const bf16* dout,
-                                                                               const bf16* inp, const bf16* weight,
-                                                                               const float* mean, const float* rstd,
-                                                                               int N, int C) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int row = blockIdx.x * kBwdRows + warp;
-    if (row >= N) return;
+// Warps per block of the backward kernel (fewer when their accumulators, 8C bytes a warp, would not
+// fit in the block's shared memory).
+constexpr int kBwdMaxWarps = 16;
+
+// dinp += r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),  dxhat = dout * w, xhat = (x - m) r;
+// partial[block][0][c] = sum over the block's rows of dout * xhat, partial[block][1][c] = of dout.
+// Block b owns rows [b rows, (b+1) rows) and its warp w the rows w, w + warps, ... of them.
+// kRowInRegs: C <= 256 V, the row stays in registers between the passes; otherwise the row is taken
+// in slices of 256 V channels and the second pass reads them again (from L2, just read).
+// Shared memory: per warp, float4 acc[4][C/8]: [dweight lo, dweight hi, dbias lo, dbias hi] of pack i,
+// i.e. entry (t, i) holds channels 8i + 4(t % 2) .. +3 of dweight (t < 2) or dbias (t >= 2). A warp
+// reads 32 consecutive float4: no bank conflicts.
+template <int V, bool kRowInRegs>
+__global__ void __launch_bounds__(32 * kBwdMaxWarps, 1)
+    layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf16* inp, const bf16* weight,
+                              const float* mean, const float* rstd, int N, int C, int rows) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     const int CV = C / 8;
-    Packed128<bf16>* ds = reinterpret_cast<Packed128<bf16>*>(ln_smem) + (long)warp * 2 * CV;
-    Packed128<bf16>* xs = ds + CV;
-    const long base = (long)row * C;
-    const float m = mean[row], r = rstd[row];
-    Packed128<bf16> dv[V], xv[V];
+    float4* acc = reinterpret_cast<float4*>(ln_smem) + (long)warp * 4 * CV;
+    for (int i = lane; i < CV; i += 32)
 #pragma unroll
-    for (int k = 0; k < V; k++) {
-        const int i = lane + 32 * k;
-        if (i < CV) {
-            dv[k] = load128cs(dout + base + i * 8);
-            xv[k] = load128cs(inp + base + i * 8);
+        for (int t = 0; t < 4; t++) acc[t * CV + i] = make_float4(0.f, 0.f, 0.f, 0.f);
+
+    const int r0 = blockIdx.x * rows, r1 = min(N, r0 + rows);
+    const int slice_end = kRowInRegs ? 1 : CV;  // pass loops below: one slice when the row fits
+#pragma unroll 1
+    for (int row = r0 + warp; row < r1; row += warps) {
+        const long base = (long)row * C;
+        const float m = mean[row], r = rstd[row];
+        Packed128<bf16> dv[V], xv[V];
+        float dxhat_sum = 0.f, dxhat_xhat_sum = 0.f;
+        for (int s = 0; s < slice_end; s += 32 * V) {
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                const int i = s + lane + 32 * k;
+                if (i < CV) {
+                    dv[k] = kRowInRegs ? load128cs(dout + base + i * 8) : load128(dout + base + i * 8);
+                    xv[k] = kRowInRegs ? load128cs(inp + base + i * 8) : load128(inp + base + i * 8);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                const int i = s + lane + 32 * k;
+                if (i < CV) {
+                    const Packed128<bf16> w = load128ldg(weight + i * 8);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const float dxhat = __bfloat162float(dv[k][j]) * __bfloat162float(w[j]);
+                        dxhat_sum += dxhat;
+                        dxhat_xhat_sum += dxhat * ((__bfloat162float(xv[k][j]) - m) * r);
+                    }
+                }
+            }
         }
-    }
-    float dxhat_sum = 0.f, dxhat_xhat_sum = 0.f;
+        const float dxhat_mean = warp_sum(dxhat_sum) / C, dxhat_xhat_mean = warp_sum(dxhat_xhat_sum) / C;
+        opaque(dv);
+        opaque(xv);
+        for (int s = 0; s < slice_end; s += 32 * V) {
+            if (!kRowInRegs) {
 #pragma unroll
-    for (int k = 0; k < V; k++) {
-        const int i = lane + 32 * k;
-        if (i < CV) {
-            ds[i] = dv[k];
-            xs[i] = xv[k];
-            const Packed128<bf16> w = load128(weight + i * 8);
+                for (int k = 0; k < V; k++) {
+                    const int i = s + lane + 32 * k;
+                    if (i < CV) {
+                        dv[k] = load128(dout + base + i * 8);
+                        xv[k] = load128(inp + base + i * 8);
+                    }
+                }
+            }
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float dxhat = __bfloat162float(dv[k][j]) * __bfloat162float(w[j]);
-                dxhat_sum += dxhat;
-                dxhat_xhat_sum += dxhat * (__bfloat162float(xv[k][j]) - m) * r;
+            for (int k = 0; k < V; k++) {
+                const int i = s + lane + 32 * k;
+                if (i < CV) {
+                    const Packed128<bf16> w = load128ldg(weight + i * 8);
+                    Packed128<bf16> g = load128(dinp + base + i * 8);
+                    float dw[8], db[8];  // channels 8i .. 8i+7
+                    unpack8(dw, acc[0 * CV + i], acc[1 * CV + i]);
+                    unpack8(db, acc[2 * CV + i], acc[3 * CV + i]);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const float d = __bfloat162float(dv[k][j]);
+                        const float xhat = (__bfloat162float(xv[k][j]) - m) * r;
+                        const float dxhat = d * __bfloat162float(w[j]);
+                        g[j] = __float2bfloat16(__bfloat162float(g[j]) +
+                                                (dxhat - dxhat_mean - xhat * dxhat_xhat_mean) * r);
+                        dw[j] += d * xhat;
+                        db[j] += d;
+                    }
+                    acc[0 * CV + i] = make_float4(dw[0], dw[1], dw[2], dw[3]);
+                    acc[1 * CV + i] = make_float4(dw[4], dw[5], dw[6], dw[7]);
+                    acc[2 * CV + i] = make_float4(db[0], db[1], db[2], db[3]);
+                    acc[3 * CV + i] = make_float4(db[4], db[5], db[6], db[7]);
+                    store128(dinp + base + i * 8, g);
+                }
             }
         }
     }
-    const float dxhat_mean = warp_sum(dxhat_sum) / C, dxhat_xhat_mean = warp_sum(dxhat_xhat_sum) / C;
-    __syncwarp();
-    for (int i = lane; i < CV; i += 32) {
-        const Packed128<bf16> d = ds[i], x = xs[i], w = load128(weight + i * 8);
-        Packed128<bf16> g = load128(dinp + base + i * 8);
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const float xhat = (__bfloat162float(x[j]) - m) * r;
-            const float dxhat = __bfloat162float(d[j]) * __bfloat162float(w[j]);
-            g[j] = __float2bfloat16(__bfloat162float(g[j]) + (dxhat - dxhat_mean - xhat * dxhat_xhat_mean) * r);
-        }
-        store128(dinp + base + i * 8, g);
-    }
-}
 
-// Column tiles of 256 channels (32 lanes x 8), 8 row groups per block; row chunks of `rows` rows.
-constexpr int kColTile = 256, kRowGroups = 8;
-
-// Row chunks for the column-sum partials: about 512 blocks in all, whatever the shape, so that the
-// GPU is filled; a function of (N, C) only, so the summation order is fixed for a shape.
-int row_chunk_rows(int N, int C) {
-    const int col_tiles = ceil_div(C, kColTile);
-    const int chunks = std::max(1, std::min(ceil_div(N, kRowGroups), ceil_div(512, col_tiles)));
-    return ceil_div(N, chunks);
-}
-
-// partial[chunk][0][c] = sum over the chunk's rows of dout * xhat, partial[chunk][1][c] = of dout.
-__global__ void __launch_bounds__(kColTile) layernorm_backward_partials_kernel(float* partial, const bf16* dout,
-                                                                              const bf16* inp, const float* mean,
-                                                                              const float* rstd, int N, int C,
-                                                                              int rows) {
-    __shared__ float s_dw[kRowGroups][kColTile], s_db[kRowGroups][kColTile];
-    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-    const int c = blockIdx.x * kColTile + tx * 8;
-    const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
-    float dw[8] = {}, db[8] = {};
-    if (c < C) {
-        for (int row = r0 + ty; row < r1; row += kRowGroups) {
-            const long off = (long)row * C + c;
-            const Packed128<bf16> d = load128(dout + off), x = load128(inp + off);
-            const float m = mean[row], r = rstd[row];
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float dj = __bfloat162float(d[j]);
-                dw[j] += dj * ((__bfloat162float(x[j]) - m) * r);
-                db[j] += dj;
-            }
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        s_dw[ty][tx * 8 + j] = dw[j];
-        s_db[ty][tx * 8 + j] = db[j];
-    }
+    // the block's partial row: its warps' accumulators added in warp order
     __syncthreads();
-    // thread t now owns column t of the tile: add the row groups in order
-    const int t = threadIdx.x, col = blockIdx.x * kColTile + t;
-    if (col >= C) return;
-    float sw = 0.f, sb = 0.f;
-#pragma unroll
-    for (int g = 0; g < kRowGroups; g++) {
-        sw += s_dw[g][t];
-        sb += s_db[g][t];
+    const float4* all = reinterpret_cast<const float4*>(ln_smem);
+    float* p = partial + (long)blockIdx.x * 2 * C;
+    for (int e = threadIdx.x; e < 4 * CV; e += blockDim.x) {
+        float4 s = all[e];
+#pragma unroll 1
+        for (int w = 1; w < warps; w++) {
+            const float4 a = all[(long)w * 4 * CV + e];
+            s.x += a.x;
+            s.y += a.y;
+            s.z += a.z;
+            s.w += a.w;
+        }
+        const int t = e / CV, i = e % CV;
+        float* dst = p + (t / 2) * C + 8 * i + 4 * (t % 2);
+        dst[0] = s.x;
+        dst[1] = s.y;
+        dst[2] = s.z;
+        dst[3] = s.w;
     }
-    float* p = partial + (long)blockIdx.y * 2 * C;
-    p[col] = sw;
-    p[C + col] = sb;
 }
 
-__global__ void layernorm_backward_reduce_kernel(float* dweight, float* dbias, const float* partial, int chunks,
-                                                 int C) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float sw = 0.f, sb = 0.f;
-    for (int k = 0; k < chunks; k++) {
-        sw += partial[(long)k * 2 * C + c];
-        sb += partial[(long)k * 2 * C + C + c];
+// dweight[c] += sum_k partial[k][0][c], dbias[c] += sum_k partial[k][1][c], k in a fixed order: the
+// partial rows are read as rows of 2C; in a block of 32 columns, warp y adds the chunks k = y mod 16
+// in order, then the 16 warp sums are added in warp order.
+constexpr int kReduceCols = 32, kReduceSplit = 16;
+
+__global__ void __launch_bounds__(kReduceCols * kReduceSplit)
+    layernorm_backward_reduce_kernel(float* dweight, float* dbias, const float* partial, int chunks, int C) {
+    __shared__ float s[kReduceSplit][kReduceCols + 1];
+    const int tx = threadIdx.x % kReduceCols, ty = threadIdx.x / kReduceCols;
+    const int c = blockIdx.x * kReduceCols + tx;  // column of the 2C-wide partial row
+    float sum = 0.f;
+    if (c < 2 * C) {
+#pragma unroll 4
+        for (int k = ty; k < chunks; k += kReduceSplit) sum += partial[(long)k * 2 * C + c];
     }
-    dweight[c] += sw;
-    dbias[c] += sb;
+    s[ty][tx] = sum;
+    __syncthreads();
+    if (ty != 0 || c >= 2 * C) return;
+    float total = 0.f;
+#pragma unroll
+    for (int y = 0; y < kReduceSplit; y++) total += s[y][tx];
+    if (c < C)
+        dweight[c] += total;
+    else
+        dbias[c - C] += total;
 }
 
 __global__ void residual_forward_kernel(bf16* out, const bf16* a, const bf16* b, long n) {
@@ -243,40 +299,81 @@ void dispatch_vectors(int C, Fn&& f) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+using BackwardKernel = void (*)(bf16*, float*, const bf16*, const bf16*, const bf16*, const float*, const float*, int,
+                                int, int);
+
+// Rows up to 2048 channels stay in registers; wider ones go in slices of 1024 channels.
+BackwardKernel backward_kernel_for(int C) {
+    switch (ceil_div(C, 256)) {
+        case 1: return layernorm_backward_kernel<1, true>;
+        case 2: return layernorm_backward_kernel<2, true>;
+        case 3: return layernorm_backward_kernel<3, true>;
+        case 4: return layernorm_backward_kernel<4, true>;
+        case 5: return layernorm_backward_kernel<5, true>;
+        case 6: return layernorm_backward_kernel<6, true>;
+        case 7: return layernorm_backward_kernel<7, true>;
+        case 8: return layernorm_backward_kernel<8, true>;
+        default: return layernorm_backward_kernel<4, false>;
+    }
+}
+
+// The backward launch for a shape on the current device: as many blocks as fit on the GPU at once
+// (but at least a row per warp), each owning `rows` consecutive rows; `chunks` blocks in all, one
+// partial row each. A function of (N, C, device) only, so the summation order is fixed for a shape.
+struct BackwardPlan {
+    BackwardKernel kernel;
+    int warps, rows, chunks;
+    size_t smem;
+};
+
+BackwardPlan backward_plan(int N, int C) {
+    BackwardPlan plan;
+    plan.kernel = backward_kernel_for(C);
+    int dev = 0, sms = 0, smem_optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const size_t warp_bytes = (size_t)C * 8;  // float4 acc[4][C/8]
+    plan.warps = (int)std::max<size_t>(1, std::min<size_t>(kBwdMaxWarps, (size_t)smem_optin / warp_bytes));
+    plan.smem = plan.warps * warp_bytes;
+    CUDA_CHECK(cudaFuncSetAttribute(plan.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan.smem));
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, plan.kernel, 32 * plan.warps, plan.smem));
+    const int blocks = std::max(1, std::min(sms * std::max(per_sm, 1), ceil_div(N, plan.warps)));
+    plan.rows = ceil_div(N, blocks);
+    plan.chunks = ceil_div(N, plan.rows);  // <= blocks; every block has at least one row
+    return plan;
+}
+
 }  // namespace
 
 void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight, const bf16* bias,
                        int N, int C, cudaStream_t stream) {
     check_row_shape(N, C, "layernorm_forward");
     if (N == 0) return;
-    const size_t smem = (size_t)kFwdRows * C * sizeof(bf16);  // <= 32 KiB for C <= 4096
     dispatch_vectors(C, [&](auto v) {
         layernorm_forward_kernel<decltype(v)::value>
-            <<<ceil_div(N, kFwdRows), 32 * kFwdRows, smem, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+            <<<ceil_div(N, kFwdRows), 32 * kFwdRows, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
         CUDA_CHECK_LAUNCH(layernorm_forward_kernel);
     });
 }
 
+// Sized for the current device (the block count depends on its multiprocessors).
 size_t layernorm_backward_scratch_floats(int N, int C) {
     if (N <= 0 || C <= 0) return 0;
-    return (size_t)ceil_div(N, row_chunk_rows(N, C)) * 2 * C;
+    return (size_t)backward_plan(N, C).chunks * 2 * C;
 }
 
 void layernorm_backward(bf16* dinp, float* dweight, float* dbias, float* scratch, const bf16* dout, const bf16* inp,
                         const bf16* weight, const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
     check_row_shape(N, C, "layernorm_backward");
     if (N == 0) return;
-    const size_t smem = (size_t)kBwdRows * 2 * C * sizeof(bf16);  // <= 32 KiB for C <= 4096
-    dispatch_vectors(C, [&](auto v) {
-        layernorm_backward_dinp_kernel<decltype(v)::value>
-            <<<ceil_div(N, kBwdRows), 32 * kBwdRows, smem, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-        CUDA_CHECK_LAUNCH(layernorm_backward_dinp_kernel);
-    });
-    const int rows = row_chunk_rows(N, C), chunks = ceil_div(N, rows);
-    const dim3 grid(ceil_div(C, kColTile), chunks);
-    layernorm_backward_partials_kernel<<<grid, kColTile, 0, stream>>>(scratch, dout, inp, mean, rstd, N, C, rows);
-    CUDA_CHECK_LAUNCH(layernorm_backward_partials_kernel);
-    layernorm_backward_reduce_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dweight, dbias, scratch, chunks, C);
+    const BackwardPlan plan = backward_plan(N, C);
+    plan.kernel<<<plan.chunks, 32 * plan.warps, plan.smem, stream>>>(dinp, scratch, dout, inp, weight, mean, rstd, N,
+                                                                      C, plan.rows);
+    CUDA_CHECK_LAUNCH(layernorm_backward_kernel);
+    layernorm_backward_reduce_kernel<<<ceil_div(2L * C, kReduceCols), kReduceCols * kReduceSplit, 0, stream>>>(
+        dweight, dbias, scratch, plan.chunks, C);
     CUDA_CHECK_LAUNCH(layernorm_backward_reduce_kernel);
 }
 

@@ -451,7 +451,7 @@ TEST(GpuBandwidth, PrintsElementwiseBandwidth) {
         const double ms = median_ms([&] { gelu_backward(out, a, b, NC4, 0); });
         report("gelu_backward n=N*4C", ms, 3.0 * NC4 * 2);
     }
-    {  // dinp read + written, dout and inp read twice (row pass, column pass)
+    {  // dinp read + written, dout and inp read once (one fused pass), plus the 2C-float partials per block
         layernorm_forward(out, mean, rstd, a, w, bias, N, C, 0);
         const double ms = median_ms([&] { layernorm_backward(out, dw, db, ln_scratch, b, a, w, mean, rstd, N, C, 0); });
         report("layernorm_backward (min traffic 4 NC bf16)", ms, 4.0 * NC * 2);
