@@ -40,10 +40,9 @@ public:
         return loss;
     }
     double evaluate(const int* inputs, const int* targets) override { return model_.forward(inputs, targets, B_, T_); }
-    double update(double lr, const TrainConfig& c) override {
-        const double norm = global_grad_norm(model_.grads.data(), model_.grads.size());
+    double grad_norm() override { return global_grad_norm(model_.grads.data(), model_.grads.size()); }
+    void apply_update(double lr, double norm, const TrainConfig& c) override {
         optimizer_.step(model_.params.data(), model_.grads.data(), lr, norm, c);
-        return norm;
     }
     TrainState save_state() const override { return {model_.params, optimizer_.m, optimizer_.v, optimizer_.t}; }
     void load_state(const TrainState& s) override {
@@ -80,7 +79,8 @@ public:
         return loss;
     }
     double evaluate(const int* inputs, const int* targets) override { return model_.forward(inputs, targets, false); }
-    double update(double lr, const TrainConfig& c) override { return model_.update(lr, c); }
+    double grad_norm() override { return model_.grad_norm(); }
+    void apply_update(double lr, double, const TrainConfig& c) override { model_.apply_update(lr, c); }
     TrainState save_state() const override {
         GPT2GPU::OptimizerState o = model_.optimizer_state();
         return {model_.master_params(), std::move(o.m), std::move(o.v), o.t};

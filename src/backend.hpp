@@ -25,8 +25,18 @@ public:
     // scaled by grad_scale. Returns the mean loss of the micro-batch.
     virtual double forward_backward(const int* inputs, const int* targets, float grad_scale) = 0;
     virtual double evaluate(const int* inputs, const int* targets) = 0;  // mean loss, no gradients
-    // Global-norm clipping and one AdamW step; returns the gradient norm before clipping.
-    virtual double update(double lr, const TrainConfig& c) = 0;
+    // The global L2 norm of the accumulated gradients (before clipping). Synchronizes with the
+    // device, so the training loop can skip the step when it is not finite.
+    virtual double grad_norm() = 0;
+    // Global-norm clipping with `norm` (grad_norm()'s value; a GPU uses its device copy of it) and
+    // one AdamW step. Synchronizes: the step's time is complete when it returns.
+    virtual void apply_update(double lr, double norm, const TrainConfig& c) = 0;
+    // Both, as one optimizer step; returns the gradient norm before clipping.
+    double update(double lr, const TrainConfig& c) {
+        const double norm = grad_norm();
+        apply_update(lr, norm, c);
+        return norm;
+    }
     // Device memory in use (total - free, as llm.c reports it), or -1 where not applicable.
     virtual double device_memory_mib() const { return -1; }
     // For checkpoints: a host copy of the state, and its restoration (sizes are checked: Error).

@@ -48,6 +48,13 @@ size_t layout_floats(const std::vector<ParamInfo>& layout) {
     return n;
 }
 
+// User text inside a one-line message: control characters escaped (\n, \u0001), invalid UTF-8
+// replaced, as in a JSON string without its quotes.
+std::string one_line(const std::string& s) {
+    const std::string q = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return q.substr(1, q.size() - 2);
+}
+
 // A checkpoint's error: the file, then the problem.
 Error bad(const std::string& path, const std::string& what) { return Error("checkpoint " + path + ": " + what); }
 
@@ -92,7 +99,7 @@ void parse_metadata(const std::string& text, uint64_t data_bytes, Checkpoint& ck
                 const json& t = table[i];
                 const std::string got = t.at("name").get<std::string>();
                 if (got != name)
-                    throw Error("tensor table: entry " + std::to_string(i) + " is '" + got + "', expected '" + name + "'");
+                    throw Error("tensor table: entry " + std::to_string(i) + " is '" + one_line(got) + "', expected '" + name + "'");
                 if (t.at("dtype") != "f32")
                     throw Error("tensor table: " + name + " has dtype " + t.at("dtype").dump() + ", expected \"f32\"");
                 const uint64_t at = unsigned_at(t, "offset"), size = unsigned_at(t, "size");

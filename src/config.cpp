@@ -56,6 +56,13 @@ size_t edit_distance(const std::string& a, const std::string& b) {
     return row[b.size()];
 }
 
+// User text inside a one-line message: control characters escaped (\n, \u0001), invalid UTF-8
+// replaced, as in a JSON string without its quotes.
+std::string one_line(const std::string& s) {
+    const std::string q = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return q.substr(1, q.size() - 2);
+}
+
 const ConfigKey& find_key(const std::string& name) {
     const auto& schema = config_schema();
     for (const auto& k : schema)
@@ -63,7 +70,7 @@ const ConfigKey& find_key(const std::string& name) {
     const auto closest = std::min_element(schema.begin(), schema.end(), [&](const auto& a, const auto& b) {
         return edit_distance(name, a.name) < edit_distance(name, b.name);
     });
-    std::string msg = "unknown config key '" + name + "'";
+    std::string msg = "unknown config key '" + one_line(name) + "'";
     if (edit_distance(name, closest->name) <= 2) msg += " (did you mean '" + std::string(closest->name) + "'?)";
     throw Error(msg);
 }
@@ -195,6 +202,8 @@ const std::vector<ConfigKey>& config_schema() {
         key("ckpt_every", "steps between checkpoints (also after the last step); 0: only on SIGINT/SIGTERM",
             [](auto& c) { return &c.ckpt_every; }),
         key("ckpt_keep", "checkpoints kept in out_dir (the newest)", [](auto& c) { return &c.ckpt_keep; }),
+        key("max_bad_steps", "non-finite loss or gradient norm: steps skipped in a row before the run stops with an error",
+            [](auto& c) { return &c.max_bad_steps; }),
         key("seed", "seed of initialization and data order", [](auto& c) { return &c.seed; }),
     };
     return schema;
@@ -243,6 +252,7 @@ void validate(const TrainConfig& c) {
     require_at_least("log_every", c.log_every, 1);
     require_at_least("ckpt_every", c.ckpt_every, 0);
     require_at_least("ckpt_keep", c.ckpt_keep, 1);
+    require_at_least("max_bad_steps", c.max_bad_steps, 1);
 }
 
 TrainConfig config_from_json(const json& j) {
@@ -270,7 +280,7 @@ TrainConfig load_config(const std::string& name_or_path) {
     json j;
     try {
         j = json::parse(in);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers such as 1e400
         throw Error(path.string() + ": invalid JSON: " + e.what());
     }
     try {
@@ -284,7 +294,7 @@ void apply_overrides(TrainConfig& c, const std::vector<std::string>& key_values)
     TrainConfig updated = c;  // `c` stays untouched when an override is rejected
     for (const auto& kv : key_values) {
         const size_t eq = kv.find('=');
-        if (eq == std::string::npos) throw Error("override '" + kv + "': expected KEY=VALUE");
+        if (eq == std::string::npos) throw Error("override '" + one_line(kv) + "': expected KEY=VALUE");
         const ConfigKey& k = find_key(kv.substr(0, eq));
         read_value(k, updated, value_from_text(k.field(updated), kv.substr(eq + 1)));
     }

@@ -52,6 +52,9 @@ struct TrainConfig {
     // SIGINT/SIGTERM), keeping the newest ckpt_keep
     int ckpt_every = 0;
     int ckpt_keep = 3;
+    // guards: a step whose loss or gradient norm is not finite is skipped (no update); this many
+    // in a row stop the run with an error
+    int max_bad_steps = 3;
     uint64_t seed = 1337;
 };
 

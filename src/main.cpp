@@ -8,8 +8,11 @@
 #include "common.hpp"
 #include "config.hpp"
 #include "config_cli.hpp"
+#include "plot.hpp"
 #include "results.hpp"
 #include "train.hpp"
+#include "interchange.hpp"
+#include "sample.hpp"
 #ifdef CODAGPT_HAVE_TOKENIZER
 #include "prepare.hpp"
 #include "tokenizer.hpp"
@@ -66,6 +69,49 @@ int main(int argc, char** argv) {
                       "Treat every blank-line-separated section as its own document (llm.c's TinyShakespeare)");
 #endif
 
+    // ---- export (weights to Hugging Face safetensors or llm.c's .bin)
+    CLI::App* export_cmd = app.add_subcommand("export", "Write a model's weights as Hugging Face safetensors or llm.c .bin");
+    std::string export_in, export_out, export_format = "safetensors", export_dtype = "f32", export_logits;
+    int export_logits_T = 64;
+    export_cmd->add_option("--checkpoint", export_in, "A codagpt checkpoint, .safetensors file or llm.c model .bin")
+        ->required();
+    export_cmd->add_option("-o,--out", export_out, "Output file")->required();
+    export_cmd->add_option("--format", export_format, "safetensors (GPT2LMHeadModel names) or llmc (llm.c model .bin)")
+        ->check(CLI::IsMember({"safetensors", "llmc"}))
+        ->capture_default_str();
+    export_cmd->add_option("--dtype", export_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+    export_cmd->add_option("--reference-logits", export_logits,
+                           "Also write the CPU reference's logits for one random sequence here "
+                           "(for scripts/check_hf_export.py)");
+    export_cmd->add_option("--reference-tokens", export_logits_T, "Tokens in that sequence (at most max_seq_len)")
+        ->capture_default_str();
+
+    // ---- sample (text from a model, CPU, KV cache)
+#ifdef CODAGPT_HAVE_TOKENIZER
+    CLI::App* sample_cmd = app.add_subcommand("sample", "Generate text from a model on the CPU (KV cache), streamed to stdout");
+    std::string sample_in, sample_prompt;
+    SampleOptions sample_opt;
+    sample_cmd->add_option("--checkpoint", sample_in, "A codagpt checkpoint, .safetensors file or llm.c model .bin")
+        ->required();
+    sample_cmd->add_option("--prompt", sample_prompt, "Text to continue (default: start from <|endoftext|>)");
+    sample_cmd->add_option("--max-tokens", sample_opt.max_tokens, "Tokens to generate (fewer when the context fills)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    sample_cmd->add_option("--temperature", sample_opt.temperature, "Softmax temperature; 0 is greedy")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    sample_cmd->add_option("--top-k", sample_opt.top_k, "Sample among the K likeliest tokens; 0: all")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    sample_cmd->add_option("--seed", sample_opt.seed, "Random seed (same seed, same text)")->capture_default_str();
+#endif
+
+    // ---- plot (a run's metrics.jsonl as SVG)
+    CLI::App* plot_cmd = app.add_subcommand("plot", "Draw loss, val loss and tok/s against step from RUN_DIR/metrics.jsonl into an SVG");
+    std::string plot_dir, plot_out;
+    plot_cmd->add_option("run_dir", plot_dir, "Run directory (a train run's out_dir)")->required();
+    plot_cmd->add_option("-o,--out", plot_out, "SVG file to write (default RUN_DIR/metrics.svg)");
+
     CLI11_PARSE(app, argc, argv);
     try {
         if (train->parsed()) {
@@ -74,6 +120,46 @@ int main(int argc, char** argv) {
             train_opt.command = join_command(argc, argv);
             return run_train(cfg, train_opt);
         }
+        if (plot_cmd->parsed()) {
+            std::printf("wrote %s\n", plot_run(plot_dir, plot_out).c_str());
+            return 0;
+        }
+        if (export_cmd->parsed()) {
+            const ModelWeights w = load_weights(export_in);
+            const WeightsDtype dtype = export_dtype == "bf16" ? WeightsDtype::bf16 : WeightsDtype::f32;
+            if (export_format == "llmc")
+                export_llmc(export_out, w.config, w.params.data(), dtype);
+            else
+                export_safetensors(export_out, w.config, w.params.data(), dtype);
+            std::printf("wrote %s (%s, %s): %d layers, %d heads, width %d, %d positions, vocabulary %d\n",
+                        export_out.c_str(), export_format.c_str(), export_dtype.c_str(), w.config.n_layer,
+                        w.config.n_head, w.config.n_embd, w.config.max_seq_len, w.config.vocab_size);
+            if (!export_logits.empty()) {
+                write_reference_logits(export_logits, w, export_logits_T, 1337);
+                std::printf("wrote reference logits for %d tokens to %s\n", export_logits_T, export_logits.c_str());
+            }
+            return 0;
+        }
+#ifdef CODAGPT_HAVE_TOKENIZER
+        if (sample_cmd->parsed()) {
+            const ModelWeights w = load_weights(sample_in);
+            const Tokenizer tok = Tokenizer::load(find_tokenizer_dir());
+            std::vector<int> prompt = tok.encode(sample_prompt);
+            if (prompt.empty()) prompt.push_back(Tokenizer::kEot);
+            GPT2Decoder dec(w.config, w.params.data());
+            Utf8Stream text;
+            std::fwrite(sample_prompt.data(), 1, sample_prompt.size(), stdout);
+            generate(dec, prompt, sample_opt, [&](int t) {
+                const std::string s = text.push(tok.decode(&t, 1));
+                std::fwrite(s.data(), 1, s.size(), stdout);
+                std::fflush(stdout);
+            });
+            const std::string rest = text.flush();
+            std::fwrite(rest.data(), 1, rest.size(), stdout);
+            std::printf("\n");
+            return 0;
+        }
+#endif
 #ifdef CODAGPT_HAVE_TOKENIZER
         if (prepare->parsed()) {
             const Tokenizer tok = Tokenizer::load(find_tokenizer_dir());

@@ -4,6 +4,7 @@
 #include "model_gpu.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 
 #include "adamw.cuh"
@@ -45,12 +46,41 @@ struct GPT2GPU::Impl {
     std::vector<void*> allocations;
     int step = 0;  // optimizer steps taken (AdamW bias correction)
 
+    size_t free_at_start = 0, fixed_bytes = 0, bytes_per_token = 0;  // for the out-of-memory message
+
     template <typename T>
     T* alloc(size_t n) {
         void* ptr = nullptr;
-        CUDA_CHECK(cudaMalloc(&ptr, n * sizeof(T)));
+        const cudaError_t err = cudaMalloc(&ptr, n * sizeof(T));
+        if (err == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();  // clear the sticky error before freeing
+            for (void* a : allocations) cudaFree(a);
+            allocations.clear();
+            throw Error(out_of_memory(n * sizeof(T)));
+        }
+        CUDA_CHECK(err);
         allocations.push_back(ptr);
         return static_cast<T*>(ptr);
+    }
+
+    // What failed, what the model needs at this B x T, and the largest batch_size that would fit
+    // (an estimate: attention and cuBLASLt workspaces and the allocator's rounding come on top).
+    std::string out_of_memory(size_t asked) const {
+        const double gib = 1024.0 * 1024.0 * 1024.0;
+        char msg[512];
+        const size_t need = fixed_bytes + bytes_per_token * (size_t)B * T;
+        const long fit = free_at_start > fixed_bytes ? (long)((free_at_start - fixed_bytes) / (bytes_per_token * (size_t)T)) : 0;
+        std::snprintf(msg, sizeof msg,
+                      "out of GPU memory: a cudaMalloc of %.2f GiB failed; batch_size %d x seq_len %d needs about %.2f GiB "
+                      "(%.2f GiB weights, gradients and AdamW state, %.2f GiB activations), %.2f GiB were free",
+                      asked / gib, B, T, need / gib, fixed_bytes / gib, (need - fixed_bytes) / gib, free_at_start / gib);
+        std::string s = msg;
+        if (fit >= 1)
+            s += "; try --batch_size " + std::to_string(std::min<long>(fit, B - 1 > 0 ? B - 1 : 1)) +
+                 " (with --grad_accum to keep the tokens per step) or --recompute gelu";
+        else
+            s += "; even batch_size 1 does not fit: use a smaller model or a larger GPU";
+        return s;
     }
 
     Impl(const ModelConfig& c, int B_, int T_, const GPUModelOptions& o)
@@ -59,6 +89,14 @@ struct GPT2GPU::Impl {
         for (const ParamInfo& t : layout) n_params += t.size;
         const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab();
         const size_t BT = (size_t)B * T, BTC = BT * C;
+        // Bytes of the allocations below: per parameter (bf16 weights, fp32 master, gradients, m, v)
+        // and per token (the sizes below with BT = 1), for the out-of-memory message.
+        size_t total = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_at_start, &total));
+        fixed_bytes = n_params * (sizeof(bf16) + 4 * sizeof(float));
+        bytes_per_token = sizeof(bf16) * (C + L * C * (1 + 3 + 1 + 1 + 1 + 4 + 1) + (opt.recompute_gelu ? 1 : L) * 4 * C +
+                                          C + Vp + C * (1 + 1 + 1 + 4 + 3)) +
+                          sizeof(float) * (L * 4 + L * NH + 2 + 1) + sizeof(int) * 2;
 
         params = alloc<bf16>(n_params);
         master = alloc<float>(n_params);
@@ -202,12 +240,23 @@ struct GPT2GPU::Impl {
         encoder_backward(g.wte, g.wpe, dresidual, buckets, B, T, C, stream);
     }
 
-    double update(double lr, const TrainConfig& c) {
+    // scalars[0] = norm^2, kept on the device for apply_update; returns the norm.
+    double grad_norm() {
         float* const norm_sq = scalars;
         float* const norm = scalars + 1;
-        float* const grad_scale = scalars + 2;
         global_norm_squared(norm_sq, norm_scratch, grads, n_params, stream);
-        clip_scale(grad_scale, norm, norm_sq, (float)c.grad_clip, stream);
+        clip_scale(scalars + 2, norm, norm_sq, /*clip=*/0.0f, stream);  // the norm; the scale is set below
+        float host_norm = 0;
+        CUDA_CHECK(cudaMemcpyAsync(&host_norm, norm, sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        return host_norm;
+    }
+
+    // Clips with the norm grad_norm() left on the device, then AdamW over every tensor.
+    void apply_update(double lr, const TrainConfig& c) {
+        float* const norm_sq = scalars;
+        float* const grad_scale = scalars + 2;
+        clip_scale(grad_scale, nullptr, norm_sq, (float)c.grad_clip, stream);
         const int t = ++step;
         size_t offset = 0;
         for (const ParamInfo& info : layout) {
@@ -217,10 +266,7 @@ struct GPT2GPU::Impl {
                          grad_scale, stream);
             offset += info.size;
         }
-        float host_norm = 0;
-        CUDA_CHECK(cudaMemcpyAsync(&host_norm, norm, sizeof(float), cudaMemcpyDeviceToHost, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
-        return host_norm;
     }
 };
 
@@ -277,7 +323,13 @@ void GPT2GPU::backward() { impl_->backward(); }
 void GPT2GPU::zero_grad() {
     CUDA_CHECK(cudaMemsetAsync(impl_->grads, 0, num_params_ * sizeof(float), impl_->stream));
 }
-double GPT2GPU::update(double lr, const TrainConfig& c) { return impl_->update(lr, c); }
+double GPT2GPU::update(double lr, const TrainConfig& c) {
+    const double norm = impl_->grad_norm();
+    impl_->apply_update(lr, c);
+    return norm;
+}
+double GPT2GPU::grad_norm() { return impl_->grad_norm(); }
+void GPT2GPU::apply_update(double lr, const TrainConfig& c) { impl_->apply_update(lr, c); }
 
 std::vector<float> GPT2GPU::logits() const {
     const size_t n = (size_t)impl_->B * impl_->T * impl_->cfg.padded_vocab();

@@ -47,6 +47,11 @@ public:
     // Global-norm clip and AdamW over all tensors (weight decay where ParamInfo::decay); returns the
     // gradient norm before clipping.
     double update(double lr, const TrainConfig& c);
+    // update() in two halves, so that a non-finite norm can skip the step: grad_norm() computes the
+    // norm on the device and returns it (synchronizes); apply_update() clips with that device norm
+    // and runs AdamW (synchronizes). update() = grad_norm() then apply_update().
+    double grad_norm();
+    void apply_update(double lr, const TrainConfig& c);
 
     std::vector<float> logits() const;  // [B*T, Vp] of the last forward, as floats (before dlogits)
     const char* attention_backend() const;

@@ -384,6 +384,16 @@ Tokenizer& Tokenizer::operator=(Tokenizer&& other) noexcept {
 
 int Tokenizer::vocab_size() const { return int(impl_->token_bytes.size()); }
 
+namespace {
+// User text inside a one-line message: control characters escaped (\n, \u0001), invalid UTF-8
+// replaced, as in a JSON string without its quotes.
+std::string one_line(const std::string& s) {
+    const std::string q = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return q.substr(1, q.size() - 2);
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::load(const std::string& dir) {
     Tokenizer tok;
     Impl& impl = *tok.impl_;
@@ -407,13 +417,13 @@ Tokenizer Tokenizer::load(const std::string& dir) {
     for (auto it = encoder.begin(); it != encoder.end(); ++it) {
         const std::string& token = it.key();
         if (!it.value().is_number_integer())
-            throw Error(encoder_path + ": the id of token \"" + token + "\" is not an integer");
+            throw Error(encoder_path + ": the id of token \"" + one_line(token) + "\" is not an integer");
         const int64_t id = it.value().get<int64_t>();
         if (id < 0 || uint64_t(id) >= vocab || seen[id])
-            throw Error(encoder_path + ": token \"" + token + "\" has id " + std::to_string(id) +
+            throw Error(encoder_path + ": token \"" + one_line(token) + "\" has id " + std::to_string(id) +
                         ": ids must be 0.." + std::to_string(vocab - 1) + ", each once");
         if (!alphabet_to_bytes(token, byte_of, bytes))
-            throw Error(encoder_path + ": token \"" + token + "\" is not in GPT-2's byte alphabet");
+            throw Error(encoder_path + ": token \"" + one_line(token) + "\" is not in GPT-2's byte alphabet");
         seen[id] = true;
         impl.token_bytes[id] = bytes;
         id_of.emplace(bytes, int(id));

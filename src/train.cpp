@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <unistd.h>
 
 #include "backend.hpp"
 #include "checkpoint.hpp"
@@ -49,7 +50,7 @@ private:
             const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
             if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;  // a torn last line
             const int s = j["step"].get<int>();
-            if (s < step || (s == step && j.contains("loss"))) kept += line + "\n";
+            if (s < step || (s == step && (j.contains("loss") || j.contains("skipped")))) kept += line + "\n";
         }
         write_file_atomic(path.string(), kept);
     }
@@ -113,6 +114,16 @@ double evaluate(TrainBackend& model, DataLoader& val, int eval_batches, std::vec
     return sum / n;
 }
 
+// "1h02m", "3m07s", "12s": what is left of the run, for the live line.
+std::string duration_text(double seconds) {
+    const long s = std::lround(std::max(0.0, seconds));
+    char buf[32];
+    if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, s / 60 % 60);
+    else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+    else std::snprintf(buf, sizeof buf, "%lds", s);
+    return buf;
+}
+
 double median(std::vector<double> v) {
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
     return v[v.size() / 2];
@@ -146,6 +157,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
 
     // ---- model and optimizer on the chosen device (weights, moments and step from the checkpoint)
     std::unique_ptr<TrainBackend> model = make_backend(cfg, opt);
+    if (opt.wrap_backend) model = opt.wrap_backend(std::move(model));
     if (resume) {
         model->load_state(resume->state);
         resume->state = TrainState{};  // the host copy is no longer needed
@@ -160,15 +172,27 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     write_file_atomic((fs::path(cfg.out_dir) / "config.json").string(), config_to_json(cfg).dump(2) + "\n");
     MetricsLog metrics(fs::path(cfg.out_dir) / "metrics.jsonl", resume ? std::optional<int>(first_step) : std::nullopt);
 
-    std::printf("codagpt train: %s | %s | %.2fM parameters | L=%d C=%d H=%d T=%d\n", cfg.name.c_str(),
-                model->describe().c_str(), model->num_params() / 1e6, mc.n_layer, mc.n_embd, mc.n_head, T);
-    std::printf("batch %d x %d x %d accum = %ld tokens/step | %zu train batches/epoch | %d steps | out %s\n", B, T,
-                cfg.grad_accum, tokens_per_step, train_data.windows_per_rank(), cfg.steps, cfg.out_dir.c_str());
-    if (resume) std::printf("resumed from %s at step %d\n", resume_path.c_str(), first_step);
+    if (!opt.quiet) {
+        std::printf("codagpt train: %s | %s | %.2fM parameters | L=%d C=%d H=%d T=%d\n", cfg.name.c_str(),
+                    model->describe().c_str(), model->num_params() / 1e6, mc.n_layer, mc.n_embd, mc.n_head, T);
+        std::printf("batch %d x %d x %d accum = %ld tokens/step | %zu train batches/epoch | %d steps | out %s\n", B, T,
+                    cfg.grad_accum, tokens_per_step, train_data.windows_per_rank(), cfg.steps, cfg.out_dir.c_str());
+        if (resume) std::printf("resumed from %s at step %d\n", resume_path.c_str(), first_step);
+    }
+
+    // Output: a terminal gets one progress line rewritten in place (\r); logs get a line per
+    // log_every steps. Any other line first clears the progress line, which the next step redraws.
+    const bool live = !opt.quiet && (opt.live || isatty(STDOUT_FILENO));
+    bool live_shown = false;
+    auto clear_live = [&] {
+        if (live_shown) std::printf("\r\033[K");
+        live_shown = false;
+    };
 
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     auto eval_and_log = [&](int step) {
         const double val_loss = evaluate(*model, val_data, cfg.eval_batches, inputs, targets);
+        clear_live();
         std::printf("step %5d/%d | val loss %.4f\n", step, cfg.steps, val_loss);
         metrics.write({{"step", step}, {"val_loss", val_loss}});
         return val_loss;
@@ -182,6 +206,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         Checkpoint ck{cfg, steps_done, train_data.state(), model->save_state()};
         save_checkpoint(path, ck);
         prune_checkpoints(cfg.out_dir, steps_done, cfg.ckpt_keep);
+        clear_live();
         if (!opt.quiet)
             std::printf("checkpoint %s (%.1f MiB, %.2f s)\n", path.c_str(), ck.state.params.size() * 12.0 / (1 << 20),
                         std::chrono::duration<double>(clock::now() - t0).count());
@@ -191,6 +216,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     StopSignals signals;
     double train_seconds = 0, last_loss = 0, memory_mib = -1;
     std::vector<double> step_ms;
+    int bad_in_a_row = 0;
+    double avg_seconds = 0;  // for the live line
     for (int step = first_step; step < cfg.steps; step++) {
         if (cfg.eval_every > 0 && step % cfg.eval_every == 0) eval_and_log(step);
 
@@ -203,23 +230,51 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         }
         loss /= cfg.grad_accum;
         const double lr = lr_at(cfg, step);
-        const double norm = model->update(lr, cfg);  // synchronizes: the step's time is complete
-        const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
-
-        if (!std::isfinite(loss)) throw Error("loss is not finite at step " + std::to_string(step + 1));
-        train_seconds += seconds;
-        step_ms.push_back(seconds * 1e3);
-        last_loss = loss;
-        if (step == std::min(cfg.steps - 1, first_step + 2)) memory_mib = model->device_memory_mib();
-        const double tok_s = tokens_per_step / seconds;
-        const double mfu = peak > 0 ? tok_s * flops_per_token / peak : 0;
-        metrics.write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-                       {"ms", seconds * 1e3}, {"tok_s", tok_s}});
-        if (!opt.quiet && ((step + 1) % cfg.log_every == 0 || step + 1 == cfg.steps)) {
-            std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s", step + 1, cfg.steps,
-                        loss, lr, norm, seconds * 1e3, tok_s);
-            if (peak > 0) std::printf(" | MFU %.1f%%", 100 * mfu);
-            std::printf("\n");
+        const double norm = model->grad_norm();  // synchronizes
+        // Guard: a non-finite loss or norm would poison the weights and AdamW moments for good, so
+        // the step is skipped (data and schedule move on); a run that keeps producing them stops.
+        const char* bad = !std::isfinite(loss) ? "non-finite loss" : !std::isfinite(norm) ? "non-finite grad norm" : nullptr;
+        if (bad) {
+            model->zero_grad();
+            bad_in_a_row++;
+            metrics.write({{"step", step + 1}, {"skipped", bad}});
+            clear_live();
+            std::printf("step %5d/%d | skipped: %s (loss %g, norm %g), no update | %d of max_bad_steps %d in a row\n",
+                        step + 1, cfg.steps, bad, loss, norm, bad_in_a_row, cfg.max_bad_steps);
+            std::fflush(stdout);
+            if (bad_in_a_row >= cfg.max_bad_steps)
+                throw Error("stopping at step " + std::to_string(step + 1) + ": " + std::to_string(bad_in_a_row) +
+                            " steps in a row had a non-finite loss or gradient norm (max_bad_steps " +
+                            std::to_string(cfg.max_bad_steps) + "); lower lr, check the data, or resume from an " +
+                            "earlier checkpoint");
+        } else {
+            bad_in_a_row = 0;
+            model->apply_update(lr, norm, cfg);  // synchronizes: the step's time is complete
+            const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
+            train_seconds += seconds;
+            step_ms.push_back(seconds * 1e3);
+            last_loss = loss;
+            if (step == std::min(cfg.steps - 1, first_step + 2)) memory_mib = model->device_memory_mib();
+            const double tok_s = tokens_per_step / seconds;
+            const double mfu = peak > 0 ? tok_s * flops_per_token / peak : 0;
+            metrics.write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+                           {"ms", seconds * 1e3}, {"tok_s", tok_s}});
+            if (live) {
+                // Throughput and ETA from a moving average of step times: steadier than one step's.
+                avg_seconds = step_ms.size() == 1 ? seconds : 0.9 * avg_seconds + 0.1 * seconds;
+                const double avg_tok_s = tokens_per_step / avg_seconds;
+                std::printf("\rstep %d/%d | loss %.4f | lr %.2e | %.0f tok/s", step + 1, cfg.steps, loss, lr, avg_tok_s);
+                if (peak > 0) std::printf(" | MFU %.1f%%", 100 * avg_tok_s * flops_per_token / peak);
+                if (memory_mib >= 0) std::printf(" | mem %.0f MiB", memory_mib);
+                std::printf(" | ETA %s\033[K", duration_text(avg_seconds * (cfg.steps - step - 1)).c_str());
+                std::fflush(stdout);
+                live_shown = true;
+            } else if (!opt.quiet && ((step + 1) % cfg.log_every == 0 || step + 1 == cfg.steps)) {
+                std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s", step + 1, cfg.steps,
+                            loss, lr, norm, seconds * 1e3, tok_s);
+                if (peak > 0) std::printf(" | MFU %.1f%%", 100 * mfu);
+                std::printf("\n");
+            }
         }
 
         const int done = step + 1;
@@ -227,6 +282,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         const bool stop = stop_signal != 0 || (done == opt.stop_after && done < cfg.steps);
         if (stop || (cfg.ckpt_every > 0 && (done % cfg.ckpt_every == 0 || done == cfg.steps))) save_checkpoint_at(done);
         if (stop) {
+            clear_live();
             std::printf("stopped after step %d/%d (%s): continue with --resume latest\n", done, cfg.steps,
                         stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "--stop-after");
             return 0;

@@ -1,0 +1,139 @@
+// The input-facing parsers, each as a function of raw bytes: shared by the libFuzzer targets
+// (fuzz_*.cpp, built with -DCODAGPT_FUZZ=ON and clang) and by test_bad_inputs.cpp, which feeds them
+// the kept corpus (tests/fuzz/corpus/<target>/) on every CI run.
+//
+// Contract: a parser accepts the bytes or throws codagpt::Error with a one-line message. Any other
+// exception, a crash, a hang or a sanitizer report is a bug.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <unistd.h>
+
+#include "checkpoint.hpp"
+#include "common.hpp"
+#include "config.hpp"
+#include "data.hpp"
+#ifdef CODAGPT_HAVE_TOKENIZER
+#include "tokenizer.hpp"
+#endif
+
+namespace codagpt::fuzz {
+
+// A folder of this process's own for the files the parsers read.
+inline const std::filesystem::path& scratch_dir() {
+    static const std::filesystem::path dir = [] {
+        auto d = std::filesystem::temp_directory_path() / ("codagpt_fuzz_" + std::to_string(::getpid()));
+        std::filesystem::create_directories(d);
+        return d;
+    }();
+    return dir;
+}
+
+inline std::string write_scratch(const std::string& name, std::string_view bytes) {
+    const std::string path = (scratch_dir() / name).string();
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!f) {
+        std::fprintf(stderr, "fuzz: cannot write %s\n", path.c_str());
+        std::abort();
+    }
+    return path;
+}
+
+inline std::string_view as_text(const uint8_t* data, size_t n) { return {reinterpret_cast<const char*>(data), n}; }
+
+// A config file (load_config: JSON parse, schema, validation), then its lines as KEY=VALUE overrides.
+inline void config(const uint8_t* data, size_t n) {
+    const std::string_view text = as_text(data, n);
+    TrainConfig c = load_config(write_scratch("config.json", text));
+    std::vector<std::string> overrides;
+    for (size_t pos = 0; pos < text.size();) {
+        const size_t end = std::min(text.find('\n', pos), text.size());
+        overrides.emplace_back(text.substr(pos, end - pos));
+        pos = end + 1;
+    }
+    apply_overrides(c, overrides);
+}
+
+// A token shard: read whole, and through the data loader (headers up front, tokens per batch).
+inline void shard(const uint8_t* data, size_t n) {
+    const std::string path = write_scratch("shard.bin", as_text(data, n));
+    read_shard(path, 50257);
+    DataLoader loader(path, /*B=*/1, /*T=*/4, /*rank=*/0, /*world=*/1, /*shuffle=*/true, /*seed=*/1, /*vocab=*/50257);
+    std::vector<int> in(4), tgt(4);
+    for (int i = 0; i < 3; i++) loader.next_batch(in.data(), tgt.data());
+}
+
+// A checkpoint file: header, metadata JSON, tensor table, data and checksum; then the resume check
+// against its own config.
+inline void checkpoint(const uint8_t* data, size_t n) {
+    const std::string path = write_scratch("ckpt_1.bin", as_text(data, n));
+    const Checkpoint ck = load_checkpoint(path);
+    check_resumable(ck, ck.config, path);
+}
+
+#ifdef CODAGPT_HAVE_TOKENIZER
+// The two tokenizer files in one input: encoder.json, then this separator line, then vocab.bpe
+// (without it, the whole input is encoder.json and vocab.bpe holds only its header). A tokenizer
+// that loads then encodes and decodes the input.
+constexpr std::string_view kTokenizerSeparator = "\n@@vocab.bpe@@\n";
+inline void tokenizer_files(const uint8_t* data, size_t n) {
+    const std::string_view text = as_text(data, n);
+    const size_t sep = text.find(kTokenizerSeparator);
+    write_scratch("encoder.json", text.substr(0, sep));
+    write_scratch("vocab.bpe", sep == std::string_view::npos ? std::string_view("#version: 0.2\n")
+                                                             : text.substr(sep + kTokenizerSeparator.size()));
+    const Tokenizer tok = Tokenizer::load(scratch_dir().string());
+    tok.decode(tok.encode(text));
+}
+
+// Arbitrary bytes through the real GPT-2 tokenizer (find_tokenizer_dir(): $CODAGPT_DATA/gpt2 or
+// data/gpt2). encode never fails; decode(encode(x)) == x for valid UTF-8 x (checked where x is ASCII).
+inline void tokenizer_encode(const uint8_t* data, size_t n) {
+    static const Tokenizer tok = Tokenizer::load(find_tokenizer_dir());
+    const std::string_view text = as_text(data, n);
+    const std::string back = tok.decode(tok.encode(text));
+    bool ascii = true;
+    for (char ch : text) ascii = ascii && (unsigned char)ch < 0x80;
+    if (ascii && back != text) {
+        std::fprintf(stderr, "fuzz: decode(encode(x)) != x for ASCII input of %zu bytes\n", n);
+        std::abort();
+    }
+}
+#endif
+
+struct Target {
+    const char* name;  // also the corpus folder: tests/fuzz/corpus/<name>/
+    void (*run)(const uint8_t*, size_t);
+};
+inline std::vector<Target> targets() {
+    return {{"config", config}, {"shard", shard}, {"checkpoint", checkpoint},
+#ifdef CODAGPT_HAVE_TOKENIZER
+            {"tokenizer_files", tokenizer_files}, {"tokenizer_encode", tokenizer_encode},
+#endif
+    };
+}
+
+// One input under the contract above: Error is a clean refusal, but its message must be one line.
+inline int run_one(void (*run)(const uint8_t*, size_t), const uint8_t* data, size_t n) {
+    try {
+        run(data, n);
+    } catch (const Error& e) {
+        const char* msg = e.what();
+        if (msg[0] == '\0' || std::strchr(msg, '\n')) {
+            std::fprintf(stderr, "fuzz: error message is empty or not one line: [%s]\n", msg);
+            std::abort();
+        }
+    }
+    return 0;
+}
+
+}  // namespace codagpt::fuzz

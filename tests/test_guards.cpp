@@ -1,0 +1,205 @@
+// Guards of the training loop on the CPU reference: a step whose loss or gradient norm is not
+// finite is skipped (no optimizer update), logged, and max_bad_steps of them in a row stop the run.
+// Faults are injected by a backend wrapper (TrainOptions::wrap_backend).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "backend.hpp"
+#include "config.hpp"
+#include "data.hpp"
+#include "rng.hpp"
+#include "test_util.hpp"
+#include "train.hpp"
+
+namespace fs = std::filesystem;
+using namespace codagpt;
+
+namespace {
+
+// Passes everything through to the real backend, except that the steps (1-based) in nan_loss
+// return a NaN loss and those in nan_norm a NaN gradient norm. Counts optimizer updates.
+struct FaultyBackend final : TrainBackend {
+    std::unique_ptr<TrainBackend> inner;
+    std::set<int> nan_loss, nan_norm;
+    int* updates;
+    int step = 0;  // of the current step, 1-based (zero_grad starts a step)
+    bool in_step = false;
+
+    FaultyBackend(std::unique_ptr<TrainBackend> b, std::set<int> loss, std::set<int> norm, int* n)
+        : inner(std::move(b)), nan_loss(std::move(loss)), nan_norm(std::move(norm)), updates(n) {}
+    std::string describe() const override { return "faulty " + inner->describe(); }
+    size_t num_params() const override { return inner->num_params(); }
+    void zero_grad() override {
+        if (!in_step) step++;  // the loop also zeroes the gradients of a skipped step
+        in_step = true;
+        inner->zero_grad();
+    }
+    double forward_backward(const int* in, const int* tgt, float scale) override {
+        in_step = false;
+        const double loss = inner->forward_backward(in, tgt, scale);
+        return nan_loss.count(step) ? std::numeric_limits<double>::quiet_NaN() : loss;
+    }
+    double evaluate(const int* in, const int* tgt) override { return inner->evaluate(in, tgt); }
+    double grad_norm() override {
+        const double n = inner->grad_norm();
+        return nan_norm.count(step) ? std::numeric_limits<double>::infinity() : n;
+    }
+    void apply_update(double lr, double norm, const TrainConfig& c) override {
+        EXPECT_TRUE(std::isfinite(norm)) << "update with a non-finite norm at step " << step;
+        ++*updates;
+        inner->apply_update(lr, norm, c);
+    }
+    TrainState save_state() const override { return inner->save_state(); }
+    void load_state(const TrainState& s) override { inner->load_state(s); }
+};
+
+struct Guards : ::testing::Test {
+    fs::path dir = fs::temp_directory_path() / ("codagpt_guards_" + std::to_string(::getpid()));
+    TrainConfig cfg;
+    int updates = 0;
+    void SetUp() override {
+        fs::create_directories(dir);
+        for (const char* name : {"train_000000.bin", "val_000000.bin"}) {
+            Rng rng(name[0]);
+            std::vector<uint16_t> tokens(4000);
+            for (auto& t : tokens) t = rng.below(256);
+            write_shard((dir / name).string(), tokens);
+        }
+        cfg.name = "guards";
+        cfg.model = ModelConfig{1, 2, 32, 16, 256};
+        cfg.train_data = (dir / "train_*.bin").string();
+        cfg.val_data = (dir / "val_*.bin").string();
+        cfg.out_dir = (dir / "out").string();
+        cfg.batch_size = 2;
+        cfg.seq_len = 16;
+        cfg.steps = 10;
+        cfg.eval_every = 0;
+        cfg.eval_batches = 1;
+        cfg.max_bad_steps = 3;
+    }
+    void TearDown() override { fs::remove_all(dir); }
+
+    TrainOptions options(std::set<int> nan_loss, std::set<int> nan_norm) {
+        TrainOptions opt;
+        opt.device = "cpu";
+        opt.quiet = true;
+        opt.wrap_backend = [=](std::unique_ptr<TrainBackend> b) -> std::unique_ptr<TrainBackend> {
+            return std::make_unique<FaultyBackend>(std::move(b), nan_loss, nan_norm, &updates);
+        };
+        return opt;
+    }
+    std::vector<nlohmann::json> metrics() const {
+        std::vector<nlohmann::json> lines;
+        std::ifstream f(fs::path(cfg.out_dir) / "metrics.jsonl");
+        for (std::string line; std::getline(f, line);) lines.push_back(nlohmann::json::parse(line));
+        return lines;
+    }
+};
+
+}  // namespace
+
+TEST_F(Guards, BadStepsAreSkippedAndTheRunRecovers) {
+    // Two bad steps in a row (fewer than max_bad_steps), then a third one later: all skipped.
+    ASSERT_EQ(run_train(cfg, options({3, 4}, {7})), 0);
+    EXPECT_EQ(updates, 7);  // 10 steps, 3 skipped: the optimizer never sees them
+    std::map<int, std::string> skipped;
+    std::vector<int> trained;
+    for (const auto& j : metrics()) {
+        if (j.contains("skipped")) skipped[j["step"].get<int>()] = j["skipped"].get<std::string>();
+        if (j.contains("loss")) {
+            trained.push_back(j["step"].get<int>());
+            EXPECT_TRUE(std::isfinite(j["loss"].get<double>()));
+            EXPECT_TRUE(std::isfinite(j["grad_norm"].get<double>()));
+        }
+    }
+    EXPECT_EQ(skipped, (std::map<int, std::string>{
+                           {3, "non-finite loss"}, {4, "non-finite loss"}, {7, "non-finite grad norm"}}));
+    EXPECT_EQ(trained, (std::vector<int>{1, 2, 5, 6, 8, 9, 10}));
+}
+
+TEST_F(Guards, SkippedStepLeavesTheWeightsAlone) {
+    // A 2-step run whose step 2 has a poisoned norm ends with the weights and moments of a 1-step run.
+    // (Warmup: the first step's learning rate does not depend on `steps`.)
+    cfg.steps = 2;
+    TrainConfig one = cfg;
+    one.steps = 1;
+    one.out_dir = (dir / "one").string();
+    one.ckpt_every = 1;
+    ASSERT_EQ(run_train(one, options({}, {})), 0);
+    updates = 0;
+    TrainConfig skip = cfg;
+    skip.out_dir = (dir / "skip").string();
+    skip.ckpt_every = 2;
+    ASSERT_EQ(run_train(skip, options({}, {2})), 0);
+    EXPECT_EQ(updates, 1);
+    std::ifstream a(fs::path(one.out_dir) / "ckpt_1.bin", std::ios::binary), b(fs::path(skip.out_dir) / "ckpt_2.bin", std::ios::binary);
+    ASSERT_TRUE(a && b);
+    // Compare the tensor data: the metadata differs in step and out_dir, the weights must not.
+    const std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
+    ASSERT_GT(sa.size(), 1000u);
+    const size_t tensors = 12 * ModelConfig{1, 2, 32, 16, 256}.num_params();
+    ASSERT_GE(sa.size(), tensors + 4);
+    ASSERT_GE(sb.size(), tensors + 4);
+    EXPECT_TRUE(sa.compare(sa.size() - 4 - tensors, tensors, sb, sb.size() - 4 - tensors, tensors) == 0)
+        << "a skipped step changed the weights or AdamW moments";
+}
+
+TEST_F(Guards, MaxBadStepsInARowStopTheRun) {
+    const std::string msg = test::error_of([&] { run_train(cfg, options({2}, {3, 4})); });
+    EXPECT_TRUE(test::mentions(msg, "stopping at step 4"));
+    EXPECT_TRUE(test::mentions(msg, "3 steps in a row"));
+    EXPECT_TRUE(test::mentions(msg, "max_bad_steps 3"));
+    EXPECT_EQ(msg.find('\n'), std::string::npos);
+    EXPECT_EQ(updates, 1);
+    const auto lines = metrics();
+    ASSERT_EQ(lines.size(), 4u);
+    EXPECT_EQ(lines[1]["skipped"], "non-finite loss");
+    EXPECT_EQ(lines[3]["skipped"], "non-finite grad norm");
+}
+
+TEST_F(Guards, MaxBadStepsIsAValidatedConfigKey) {
+    cfg.max_bad_steps = 1;
+    EXPECT_TRUE(test::mentions(test::error_of([&] { run_train(cfg, options({5}, {})); }), "stopping at step 5"));
+    cfg.max_bad_steps = 0;
+    EXPECT_TRUE(test::mentions(test::error_of([&] { validate(cfg); }), "max_bad_steps: must be >= 1"));
+    EXPECT_EQ(TrainConfig{}.max_bad_steps, 3);
+}
+
+// Not a guard, but the same small run: the output modes of the step loop.
+TEST_F(Guards, LiveLineLogLinesAndQuiet) {
+    auto output = [&](bool live, bool quiet) {
+        TrainOptions opt = options({4}, {});
+        opt.live = live;
+        opt.quiet = quiet;
+        testing::internal::CaptureStdout();
+        run_train(cfg, opt);
+        std::fflush(stdout);
+        return testing::internal::GetCapturedStdout();
+    };
+    const std::string live = output(true, false);
+    EXPECT_TRUE(test::mentions(live, "\rstep 10/10 | loss "));
+    EXPECT_TRUE(test::mentions(live, " | ETA 0s\033[K"));
+    EXPECT_TRUE(test::mentions(live, "\r\033[Kstep     4/10 | skipped: non-finite loss"));  // cleared first
+    EXPECT_TRUE(test::mentions(live, "\r\033[Kstep    10/10 | val loss"));
+    EXPECT_EQ(live.find("step     3/10 | loss"), std::string::npos);
+
+    const std::string log = output(false, false);
+    EXPECT_EQ(log.find('\r'), std::string::npos);
+    EXPECT_TRUE(test::mentions(log, "step     3/10 | loss "));
+    EXPECT_TRUE(test::mentions(log, "step     4/10 | skipped"));
+
+    const std::string quiet = output(true, true);
+    EXPECT_EQ(quiet.find('\r'), std::string::npos);
+    EXPECT_EQ(quiet.find("| loss "), std::string::npos);
+    EXPECT_EQ(quiet.find("codagpt train:"), std::string::npos);
+    EXPECT_TRUE(test::mentions(quiet, "step    10/10 | val loss"));
+    EXPECT_TRUE(test::mentions(quiet, "done: 9 steps"));
+    EXPECT_TRUE(test::mentions(quiet, "step     4/10 | skipped"));  // warnings stay
+}
