@@ -205,6 +205,30 @@ void matmul_backward(F* dinp, F* dw, F* dbias, const F* dout, const F* inp, cons
         for (long n = 0; n < N; n++) dbias[n] += dout[m * N + n];
 }
 
+template <typename F>
+void attention_row(F* out, F* p, const F* q, const F* keys, const F* values, long stride, long t, long hs,
+                   F scale) {
+    F maxv = -std::numeric_limits<F>::infinity();
+    for (long t2 = 0; t2 <= t; t2++) {
+        const F* k = keys + t2 * stride;
+        F s = 0;
+        for (long i = 0; i < hs; i++) s += q[i] * k[i];
+        p[t2] = s * scale;
+        maxv = std::max(maxv, p[t2]);
+    }
+    F sum = 0;
+    for (long t2 = 0; t2 <= t; t2++) {
+        p[t2] = std::exp(p[t2] - maxv);
+        sum += p[t2];
+    }
+    for (long t2 = 0; t2 <= t; t2++) p[t2] /= sum;
+    for (long i = 0; i < hs; i++) out[i] = 0;
+    for (long t2 = 0; t2 <= t; t2++) {
+        const F* v = values + t2 * stride;
+        for (long i = 0; i < hs; i++) out[i] += p[t2] * v[i];
+    }
+}
+
 // Causal self-attention over qkv [B, T, 3C] (q, k, v each [NH, hs] per token) into out [B, T, C].
 // att [B, NH, T, T] keeps the softmax probabilities for backward.
 template <typename F>
@@ -215,30 +239,11 @@ void attention_forward(F* out, F* att, const F* qkv, long B, long T, long C, lon
     for (long b = 0; b < B; b++) {
         for (long t = 0; t < T; t++) {
             for (long h = 0; h < NH; h++) {
-                const F* q = qkv + (b * T + t) * C3 + h * hs;
+                const F* keys = qkv + b * T * C3 + C + h * hs;
                 F* a = att + ((b * NH + h) * T + t) * T;
-                F maxv = -std::numeric_limits<F>::infinity();
-                for (long t2 = 0; t2 <= t; t2++) {
-                    const F* k = qkv + (b * T + t2) * C3 + C + h * hs;
-                    F s = 0;
-                    for (long i = 0; i < hs; i++) s += q[i] * k[i];
-                    a[t2] = s * scale;
-                    maxv = std::max(maxv, a[t2]);
-                }
-                F sum = 0;
-                for (long t2 = 0; t2 <= t; t2++) {
-                    a[t2] = std::exp(a[t2] - maxv);
-                    sum += a[t2];
-                }
-                for (long t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+                attention_row(out + (b * T + t) * C + h * hs, a, qkv + (b * T + t) * C3 + h * hs, keys, keys + C, C3,
+                              t, hs, scale);
                 for (long t2 = t + 1; t2 < T; t2++) a[t2] = 0;
-
-                F* o = out + (b * T + t) * C + h * hs;
-                for (long i = 0; i < hs; i++) o[i] = 0;
-                for (long t2 = 0; t2 <= t; t2++) {
-                    const F* v = qkv + (b * T + t2) * C3 + 2 * C + h * hs;
-                    for (long i = 0; i < hs; i++) o[i] += a[t2] * v[i];
-                }
             }
         }
     }
@@ -391,6 +396,7 @@ void softmax_crossentropy_backward(F* exps, const F* inv_sum, const int* targets
     template void matmul_forward(F*, const F*, const F*, const F*, long, long, long);                      \
     template void matmul_backward(F*, F*, F*, const F*, const F*, const F*, F*, long, long, long);         \
     template void attention_forward(F*, F*, const F*, long, long, long, long);                             \
+    template void attention_row(F*, F*, const F*, const F*, const F*, long, long, long, F);                \
     template void attention_backward(F*, const F*, const F*, const F*, long, long, long, long);            \
     template void gelu_forward(F*, const F*, long);                                                        \
     template void gelu_backward(F*, const F*, const F*, long);                                             \

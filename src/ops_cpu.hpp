@@ -39,6 +39,11 @@ void matmul_backward(F* dinp, F* dw, F* dbias, const F* dout, const F* inp, cons
 // softmax probabilities (zero above the diagonal) for backward. Scores scaled by 1/sqrt(C/NH).
 template <typename F>
 void attention_forward(F* out, F* att, const F* qkv, long B, long T, long C, long NH);
+// One query row of it: p[0..t] = softmax(scale * q.k) over keys 0..t (key t2 at keys + t2 * stride),
+// out[0..hs) = sum_t2 p[t2] * value t2 (at values + t2 * stride). Shared with the KV-cache sampler.
+template <typename F>
+void attention_row(F* out, F* p, const F* q, const F* keys, const F* values, long stride, long t, long hs,
+                   F scale);
 template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* att, long B, long T, long C, long NH);
 

@@ -44,31 +44,11 @@ const float* GPT2Decoder::step(int token) {
         cpu::matmul_forward(qkv_.data(), ln_.data(), lp.qkv_w, lp.qkv_b, 1L, C, 3 * C);
         std::copy(qkv_.begin() + C, qkv_.begin() + 2 * C, kc + t * C);
         std::copy(qkv_.begin() + 2 * C, qkv_.begin() + 3 * C, vc + t * C);
-        // The new query against every cached key, as cpu::attention_forward does for row t.
+        // The new query against every cached key: row t of cpu::attention_forward.
         const float scale = 1.0f / std::sqrt(float(hs));
-        for (long h = 0; h < NH; h++) {
-            const float* q = qkv_.data() + h * hs;
-            float maxv = -std::numeric_limits<float>::infinity();
-            for (long t2 = 0; t2 <= t; t2++) {
-                const float* k = kc + t2 * C + h * hs;
-                float s = 0;
-                for (long i = 0; i < hs; i++) s += q[i] * k[i];
-                scores_[t2] = s * scale;
-                maxv = std::max(maxv, scores_[t2]);
-            }
-            float sum = 0;
-            for (long t2 = 0; t2 <= t; t2++) {
-                scores_[t2] = std::exp(scores_[t2] - maxv);
-                sum += scores_[t2];
-            }
-            float* o = atty_.data() + h * hs;
-            std::fill(o, o + hs, 0.0f);
-            for (long t2 = 0; t2 <= t; t2++) {
-                const float a = scores_[t2] / sum;
-                const float* v = vc + t2 * C + h * hs;
-                for (long i = 0; i < hs; i++) o[i] += a * v[i];
-            }
-        }
+        for (long h = 0; h < NH; h++)
+            cpu::attention_row(atty_.data() + h * hs, scores_.data(), qkv_.data() + h * hs, kc + h * hs, vc + h * hs, C,
+                               t, hs, scale);
         cpu::matmul_forward(proj_.data(), atty_.data(), lp.proj_w, lp.proj_b, 1L, C, C);
         cpu::residual_forward(x_.data(), x_.data(), proj_.data(), C);
         cpu::layernorm_forward(ln_.data(), &mean, &rstd, x_.data(), lp.ln2_w, lp.ln2_b, 1L, C);
