@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes every input-facing parser (tests/fuzz/fuzz_targets.hpp) with libFuzzer for a bounded time.
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET (default 30)] [TARGET...]
-#   targets: config shard checkpoint tokenizer_files tokenizer_encode (default: all that build)
+#   targets: config shard checkpoint weights tokenizer_files tokenizer_encode (default: all that build)
 # Builds with clang, -fsanitize=fuzzer,address, in build-fuzz/. Seeds come from the kept corpus
 # tests/fuzz/corpus/<target>/; new interesting inputs go to build-fuzz/corpus/<target>/ (not kept).
 # A crash, sanitizer report, uncaught non-Error exception, multi-line error message or a hang
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(config shard checkpoint tokenizer_files tokenizer_encode)
+[[ ${#targets[@]} -gt 0 ]] || targets=(config shard checkpoint weights tokenizer_files tokenizer_encode)
 
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (apt-get install clang libclang-rt-dev)" >&2; exit 2; }
 cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -48,13 +48,6 @@ size_t layout_floats(const std::vector<ParamInfo>& layout) {
     return n;
 }
 
-// User text inside a one-line message: control characters escaped (\n, \u0001), invalid UTF-8
-// replaced, as in a JSON string without its quotes.
-std::string one_line(const std::string& s) {
-    const std::string q = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    return q.substr(1, q.size() - 2);
-}
-
 // A checkpoint's error: the file, then the problem.
 Error bad(const std::string& path, const std::string& what) { return Error("checkpoint " + path + ": " + what); }
 

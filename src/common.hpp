@@ -12,4 +12,8 @@ struct Error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// User or file text inside a one-line message: control characters escaped (\n, \u0001) and
+// invalid UTF-8 replaced, as in a JSON string without its quotes.
+std::string one_line(const std::string& s);
+
 }  // namespace codagpt

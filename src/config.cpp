@@ -56,13 +56,6 @@ size_t edit_distance(const std::string& a, const std::string& b) {
     return row[b.size()];
 }
 
-// User text inside a one-line message: control characters escaped (\n, \u0001), invalid UTF-8
-// replaced, as in a JSON string without its quotes.
-std::string one_line(const std::string& s) {
-    const std::string q = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    return q.substr(1, q.size() - 2);
-}
-
 const ConfigKey& find_key(const std::string& name) {
     const auto& schema = config_schema();
     for (const auto& k : schema)

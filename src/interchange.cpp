@@ -255,7 +255,7 @@ void export_safetensors(const std::string& path, const ModelConfig& m, const flo
 
 ModelWeights import_safetensors(const std::string& path) {
     InFile f(path, "safetensors");
-    auto bad = [&](const std::string& what) { return Error(path + ": not a valid GPT-2 safetensors file: " + what); };
+    auto bad = [&](const std::string& what) { return Error(path + ": not a valid GPT-2 safetensors file: " + one_line(what)); };
     if (f.size() < 8) throw bad("truncated: " + std::to_string(f.size()) + " bytes, less than the 8-byte header length");
     uint64_t n = 0;
     f.read_at(0, &n, 8);

@@ -384,16 +384,6 @@ Tokenizer& Tokenizer::operator=(Tokenizer&& other) noexcept {
 
 int Tokenizer::vocab_size() const { return int(impl_->token_bytes.size()); }
 
-namespace {
-// User text inside a one-line message: control characters escaped (\n, \u0001), invalid UTF-8
-// replaced, as in a JSON string without its quotes.
-std::string one_line(const std::string& s) {
-    const std::string q = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    return q.substr(1, q.size() - 2);
-}
-
-}  // namespace
-
 Tokenizer Tokenizer::load(const std::string& dir) {
     Tokenizer tok;
     Impl& impl = *tok.impl_;

@@ -5,6 +5,7 @@
 // Contract: a parser accepts the bytes or throws codagpt::Error with a one-line message. Any other
 // exception, a crash, a hang or a sanitizer report is a bug.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,8 @@
 #include "common.hpp"
 #include "config.hpp"
 #include "data.hpp"
+#include "gpt2_params.hpp"
+#include "interchange.hpp"
 #ifdef CODAGPT_HAVE_TOKENIZER
 #include "tokenizer.hpp"
 #endif
@@ -80,6 +83,38 @@ inline void checkpoint(const uint8_t* data, size_t n) {
     check_resumable(ck, ck.config, path);
 }
 
+// A weights file through load_weights (what `codagpt sample` and `codagpt export` read): llm.c
+// model .bin or codagpt checkpoint by their magic, else safetensors (the name ends in .safetensors).
+// Weights that load must fill the model's flat layout, and survive our own writers: export as
+// safetensors and as llm.c .bin, import again, same model and the same bits.
+inline void weights(const uint8_t* data, size_t n) {
+    const ModelWeights w = load_weights(write_scratch("weights.safetensors", as_text(data, n)));
+    const ModelConfig& m = w.config;
+    size_t expected = 0;
+    for (const ParamInfo& p : param_layout(m)) expected += p.size;
+    if (w.params.size() != expected) {
+        std::fprintf(stderr, "fuzz: loaded %zu floats, the model's layout has %zu\n", w.params.size(), expected);
+        std::abort();
+    }
+    // The writers keep the real vocabulary's rows of wte (first in the layout): padding reads back zero.
+    std::vector<float> want = w.params;
+    std::fill(want.begin() + size_t(m.vocab_size) * m.n_embd, want.begin() + size_t(m.padded_vocab()) * m.n_embd, 0.0f);
+    const std::string st = (scratch_dir() / "roundtrip.safetensors").string();
+    const std::string llmc = (scratch_dir() / "roundtrip.bin").string();
+    export_safetensors(st, m, w.params.data());
+    export_llmc(llmc, m, w.params.data());
+    for (const std::string& path : {st, llmc}) {
+        const ModelWeights back = load_weights(path);
+        const ModelConfig& b = back.config;
+        if (b.n_layer != m.n_layer || b.n_head != m.n_head || b.n_embd != m.n_embd ||
+            b.max_seq_len != m.max_seq_len || b.vocab_size != m.vocab_size || back.params.size() != want.size() ||
+            std::memcmp(back.params.data(), want.data(), want.size() * sizeof(float)) != 0) {
+            std::fprintf(stderr, "fuzz: %s does not read back as the model written\n", path.c_str());
+            std::abort();
+        }
+    }
+}
+
 #ifdef CODAGPT_HAVE_TOKENIZER
 // The two tokenizer files in one input: encoder.json, then this separator line, then vocab.bpe
 // (without it, the whole input is encoder.json and vocab.bpe holds only its header). A tokenizer
@@ -115,7 +150,7 @@ struct Target {
     void (*run)(const uint8_t*, size_t);
 };
 inline std::vector<Target> targets() {
-    return {{"config", config}, {"shard", shard}, {"checkpoint", checkpoint},
+    return {{"config", config}, {"shard", shard}, {"checkpoint", checkpoint}, {"weights", weights},
 #ifdef CODAGPT_HAVE_TOKENIZER
             {"tokenizer_files", tokenizer_files}, {"tokenizer_encode", tokenizer_encode},
 #endif
