@@ -24,9 +24,11 @@
 #include "optim_cpu.hpp"
 #include "rng.hpp"
 #include "train.hpp"
+#include "train_fixture.hpp"
 
 namespace fs = std::filesystem;
 using namespace codagpt;
+using codagpt::test::SyntheticRun;
 using nlohmann::json;
 
 namespace {
@@ -63,31 +65,16 @@ void expect_same_state(const TrainState& a, const TrainState& b) {
 // Train, val shards of a learnable sequence; the train shard is small (31 windows of 4 x 16) so
 // that runs of a few dozen steps cross epochs and resume inside a shuffled later epoch.
 struct CheckpointTest : ::testing::Test {
-    fs::path dir = fs::temp_directory_path() / ("codagpt_ckpt_" + std::to_string(::getpid()));
-    TrainConfig cfg;
+    SyntheticRun synth{"test-ckpt", ModelConfig{/*n_layer=*/1, /*n_head=*/2, /*n_embd=*/32, /*max_seq_len=*/16, /*vocab_size=*/256}, 4, 16, 2000, 1000};
+    fs::path dir = synth.dir.path;
+    TrainConfig& cfg = synth.cfg;
     void SetUp() override {
-        fs::remove_all(dir);
-        fs::create_directories(dir);
-        for (auto [name, n, seed] : {std::tuple{"train_000000.bin", 2000, 1}, std::tuple{"val_000000.bin", 1000, 2}}) {
-            Rng rng(seed);
-            std::vector<uint16_t> tokens(n);
-            for (int i = 0; i < n; i++) tokens[i] = rng.uniform() < 0.1 ? rng.below(256) : (i * 7) % 61;
-            write_shard((dir / name).string(), tokens);
-        }
-        cfg.name = "test-ckpt";
-        cfg.model = ModelConfig{/*n_layer=*/1, /*n_head=*/2, /*n_embd=*/32, /*max_seq_len=*/16, /*vocab_size=*/256};
-        cfg.train_data = (dir / "train_*.bin").string();
-        cfg.val_data = (dir / "val_*.bin").string();
-        cfg.out_dir = (dir / "run").string();
-        cfg.batch_size = 4;
-        cfg.seq_len = 16;
         cfg.steps = 40;
         cfg.warmup_steps = 3;
         cfg.lr = 1e-2;
         cfg.eval_every = 10;
         cfg.eval_batches = 2;
     }
-    void TearDown() override { fs::remove_all(dir); }
 
     // A checkpoint of a few real steps (non-trivial weights, moments and loader position).
     Checkpoint trained_checkpoint(int steps) {

@@ -17,23 +17,12 @@
 namespace fs = std::filesystem;
 using codagpt::test::error_of;
 using codagpt::test::mentions;
+using codagpt::test::TempDir;
 using namespace codagpt;
 
 namespace {
 
 constexpr int kVocab = 50257;
-
-// A fresh folder under /tmp, removed with everything in it at the end of the test.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "codagpt_test_data_XXXXXX").string();
-        if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-        path = tmpl;
-    }
-    ~TempDir() { fs::remove_all(path); }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 void put_le32(std::string& out, int32_t v) {
     for (int i = 0; i < 4; ++i) out.push_back(char((uint32_t(v) >> (8 * i)) & 0xFF));

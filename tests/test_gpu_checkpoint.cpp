@@ -15,6 +15,7 @@
 #include "gpu_test_util.hpp"
 #include "optim_cpu.hpp"
 #include "train.hpp"
+#include "train_fixture.hpp"
 
 namespace fs = std::filesystem;
 using namespace codagpt;
@@ -28,27 +29,15 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 struct GPUCheckpoint : ::testing::Test {
-    fs::path dir = fs::temp_directory_path() / ("codagpt_gpu_ckpt_" + std::to_string(::getpid()));
-    TrainConfig cfg;
+    SyntheticRun synth{"test-gpu-ckpt", ModelConfig{/*n_layer=*/2, /*n_head=*/4, /*n_embd=*/64, /*max_seq_len=*/64, /*vocab_size=*/512}, 4, 64, 20000, 4000};
+    fs::path dir = synth.dir.path;
+    TrainConfig& cfg = synth.cfg;
     void SetUp() override {
-        fs::create_directories(dir);
-        Rng rng(1);
-        std::vector<uint16_t> tokens(20000);
-        for (size_t i = 0; i < tokens.size(); i++) tokens[i] = rng.uniform() < 0.1 ? rng.below(512) : (i * 7) % 61;
-        write_shard((dir / "train_000000.bin").string(), tokens);
-        write_shard((dir / "val_000000.bin").string(), std::vector<uint16_t>(tokens.begin(), tokens.begin() + 4000));
-        cfg.name = "test-gpu-ckpt";
-        cfg.model = ModelConfig{/*n_layer=*/2, /*n_head=*/4, /*n_embd=*/64, /*max_seq_len=*/64, /*vocab_size=*/512};
-        cfg.train_data = (dir / "train_*.bin").string();
-        cfg.val_data = (dir / "val_*.bin").string();
-        cfg.batch_size = 4;
-        cfg.seq_len = 64;
         cfg.steps = 20;
         cfg.warmup_steps = 3;
         cfg.eval_every = 5;
         cfg.eval_batches = 2;
     }
-    void TearDown() override { fs::remove_all(dir); }
 
     void train_steps(TrainBackend& model, DataLoader& data, int from, int to, std::vector<double>& losses) {
         std::vector<int> in((size_t)cfg.batch_size * cfg.seq_len), tgt(in.size());

@@ -17,9 +17,11 @@
 #include "rng.hpp"
 #include "test_util.hpp"
 #include "train.hpp"
+#include "train_fixture.hpp"
 
 namespace fs = std::filesystem;
 using namespace codagpt;
+using codagpt::test::SyntheticRun;
 
 namespace {
 
@@ -61,30 +63,16 @@ struct FaultyBackend final : TrainBackend {
 };
 
 struct Guards : ::testing::Test {
-    fs::path dir = fs::temp_directory_path() / ("codagpt_guards_" + std::to_string(::getpid()));
-    TrainConfig cfg;
+    SyntheticRun synth{"guards", ModelConfig{1, 2, 32, 16, 256}, 2, 16, 4000, 4000, /*noise=*/1.0};
+    fs::path dir = synth.dir.path;
+    TrainConfig& cfg = synth.cfg;
     int updates = 0;
     void SetUp() override {
-        fs::create_directories(dir);
-        for (const char* name : {"train_000000.bin", "val_000000.bin"}) {
-            Rng rng(name[0]);
-            std::vector<uint16_t> tokens(4000);
-            for (auto& t : tokens) t = rng.below(256);
-            write_shard((dir / name).string(), tokens);
-        }
-        cfg.name = "guards";
-        cfg.model = ModelConfig{1, 2, 32, 16, 256};
-        cfg.train_data = (dir / "train_*.bin").string();
-        cfg.val_data = (dir / "val_*.bin").string();
-        cfg.out_dir = (dir / "out").string();
-        cfg.batch_size = 2;
-        cfg.seq_len = 16;
         cfg.steps = 10;
         cfg.eval_every = 0;
         cfg.eval_batches = 1;
         cfg.max_bad_steps = 3;
     }
-    void TearDown() override { fs::remove_all(dir); }
 
     TrainOptions options(std::set<int> nan_loss, std::set<int> nan_norm) {
         TrainOptions opt;

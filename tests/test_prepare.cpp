@@ -19,6 +19,7 @@
 namespace fs = std::filesystem;
 using codagpt::test::error_of;
 using codagpt::test::mentions;
+using codagpt::test::TempDir;
 using namespace codagpt;
 
 namespace {
@@ -36,21 +37,6 @@ std::string find_data(const std::string& name, const std::string& file) {
         if (fs::exists(root / name / file)) return (root / name).string();
     return "";
 }
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "codagpt_test_prepare_XXXXXX").string();
-        if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-        path = tmpl;
-    }
-    ~TempDir() { fs::remove_all(path); }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-    std::string write(const std::string& name, const std::string& text) const {
-        std::ofstream(path / name, std::ios::binary) << text;
-        return (path / name).string();
-    }
-};
 
 std::vector<int> read_all(const std::vector<std::string>& shards) {
     std::vector<int> all;

@@ -9,40 +9,25 @@
 #include "data.hpp"
 #include "rng.hpp"
 #include "train.hpp"
+#include "train_fixture.hpp"
 
 namespace fs = std::filesystem;
 using namespace codagpt;
+using codagpt::test::SyntheticRun;
 
 namespace {
 
-// Shards of a learnable sequence: a repeating pattern with a little noise.
-void write_pattern_shard(const fs::path& path, size_t n, int vocab, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<uint16_t> tokens(n);
-    for (size_t i = 0; i < n; i++) tokens[i] = rng.uniform() < 0.1 ? rng.below(vocab) : (i * 7) % 61;
-    write_shard(path.string(), tokens);
-}
-
 struct TrainRun : ::testing::Test {
-    fs::path dir = fs::temp_directory_path() / ("codagpt_train_" + std::to_string(::getpid()));
-    TrainConfig cfg;
+    SyntheticRun synth{"test-tiny", ModelConfig{/*n_layer=*/1, /*n_head=*/2, /*n_embd=*/32, /*max_seq_len=*/16, /*vocab_size=*/256}, 4, 16, 20000, 4000};
+    fs::path dir = synth.dir.path;
+    TrainConfig& cfg = synth.cfg;
     void SetUp() override {
-        fs::create_directories(dir);
-        write_pattern_shard(dir / "train_000000.bin", 20000, 256, 1);
-        write_pattern_shard(dir / "val_000000.bin", 4000, 256, 2);
-        cfg.name = "test-tiny";
-        cfg.model = ModelConfig{/*n_layer=*/1, /*n_head=*/2, /*n_embd=*/32, /*max_seq_len=*/16, /*vocab_size=*/256};
-        cfg.train_data = (dir / "train_*.bin").string();
-        cfg.val_data = (dir / "val_*.bin").string();
-        cfg.batch_size = 4;
-        cfg.seq_len = 16;
         cfg.steps = 100;
         cfg.warmup_steps = 3;
         cfg.lr = 1e-2;
         cfg.eval_every = 25;
         cfg.eval_batches = 2;
     }
-    void TearDown() override { fs::remove_all(dir); }
 
     std::vector<nlohmann::json> run(const std::string& out) {
         cfg.out_dir = (dir / out).string();

@@ -2,6 +2,11 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
 #include <string>
 
 #include "common.hpp"
@@ -25,5 +30,24 @@ inline testing::AssertionResult mentions(const std::string& message, const std::
     if (message.find(part) != std::string::npos) return testing::AssertionSuccess();
     return testing::AssertionFailure() << "\"" << message << "\" does not mention \"" << part << "\"";
 }
+
+// A fresh folder under /tmp, removed with everything in it at the end of the test.
+struct TempDir {
+    std::filesystem::path path;
+    TempDir() {
+        std::string tmpl = (std::filesystem::temp_directory_path() / "codagpt_test_XXXXXX").string();
+        if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+        path = tmpl;
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    std::string operator/(const std::string& name) const { return (path / name).string(); }
+    // Writes text to a file in the folder and returns its path.
+    std::string write(const std::string& name, const std::string& text) const {
+        std::ofstream(path / name, std::ios::binary) << text;
+        return (path / name).string();
+    }
+};
 
 }  // namespace codagpt::test
