@@ -114,8 +114,13 @@ __global__ void __launch_bounds__(32 * kFwdRows) layernorm_forward_kernel(bf16* 
 }
 
 // Warps per block of the backward kernel (fewer when their accumulators, 8C bytes a warp, would not
-// fit in the block's shared memory).
-constexpr int kBwdMaxWarps = 16;
+// fit in the block's shared memory): 12 for rows over 1024 channels, whose registers (dout and inp
+// of the row plus a dinp batch, 4 a pack) would spill under the cap of 16 warps; measured on the
+// H200 at C = 1600 (bench/NOTES_layernorm.md).
+template <int V>
+constexpr int bwd_max_warps() { return V >= 5 ? 12 : 16; }
+// dinp packs loaded together in the second pass.
+constexpr int kDinpBatch = 4;
 
 // dinp += r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),  dxhat = dout * w, xhat = (x - m) r;
 // partial[block][0][c] = sum over the block's rows of dout * xhat, partial[block][1][c] = of dout.
@@ -126,7 +131,7 @@ constexpr int kBwdMaxWarps = 16;
 // i.e. entry (t, i) holds channels 8i + 4(t % 2) .. +3 of dweight (t < 2) or dbias (t >= 2). A warp
 // reads 32 consecutive float4: no bank conflicts.
 template <int V, bool kRowInRegs>
-__global__ void __launch_bounds__(32 * kBwdMaxWarps, 1)
+__global__ void __launch_bounds__(32 * bwd_max_warps<V>(), 1)
     layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf16* inp, const bf16* weight,
                               const float* mean, const float* rstd, int N, int C, int rows) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -181,30 +186,42 @@ __global__ void __launch_bounds__(32 * kBwdMaxWarps, 1)
                     }
                 }
             }
+            // dinp is loaded in batches before any of the batch is stored: the compiler keeps a load
+            // after an earlier store to the same array, so one pack at a time would serialise a
+            // memory latency per pack.
 #pragma unroll
-            for (int k = 0; k < V; k++) {
-                const int i = s + lane + 32 * k;
-                if (i < CV) {
-                    const Packed128<bf16> w = load128ldg(weight + i * 8);
-                    Packed128<bf16> g = load128(dinp + base + i * 8);
-                    float dw[8], db[8];  // channels 8i .. 8i+7
-                    unpack8(dw, acc[0 * CV + i], acc[1 * CV + i]);
-                    unpack8(db, acc[2 * CV + i], acc[3 * CV + i]);
+            for (int k0 = 0; k0 < V; k0 += kDinpBatch) {
+                Packed128<bf16> gv[kDinpBatch];
 #pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        const float d = __bfloat162float(dv[k][j]);
-                        const float xhat = (__bfloat162float(xv[k][j]) - m) * r;
-                        const float dxhat = d * __bfloat162float(w[j]);
-                        g[j] = __float2bfloat16(__bfloat162float(g[j]) +
-                                                (dxhat - dxhat_mean - xhat * dxhat_xhat_mean) * r);
-                        dw[j] += d * xhat;
-                        db[j] += d;
+                for (int b = 0; b < kDinpBatch; b++) {
+                    const int k = k0 + b, i = s + lane + 32 * k;
+                    if (k < V && i < CV) gv[b] = load128(dinp + base + i * 8);
+                }
+#pragma unroll
+                for (int b = 0; b < kDinpBatch; b++) {
+                    const int k = k0 + b, i = s + lane + 32 * k;
+                    if (k < V && i < CV) {
+                        const Packed128<bf16> w = load128ldg(weight + i * 8);
+                        Packed128<bf16> g = gv[b];
+                        float dw[8], db[8];  // channels 8i .. 8i+7
+                        unpack8(dw, acc[0 * CV + i], acc[1 * CV + i]);
+                        unpack8(db, acc[2 * CV + i], acc[3 * CV + i]);
+#pragma unroll
+                        for (int j = 0; j < 8; j++) {
+                            const float d = __bfloat162float(dv[k][j]);
+                            const float xhat = (__bfloat162float(xv[k][j]) - m) * r;
+                            const float dxhat = d * __bfloat162float(w[j]);
+                            g[j] = __float2bfloat16(__bfloat162float(g[j]) +
+                                                    (dxhat - dxhat_mean - xhat * dxhat_xhat_mean) * r);
+                            dw[j] += d * xhat;
+                            db[j] += d;
+                        }
+                        acc[0 * CV + i] = make_float4(dw[0], dw[1], dw[2], dw[3]);
+                        acc[1 * CV + i] = make_float4(dw[4], dw[5], dw[6], dw[7]);
+                        acc[2 * CV + i] = make_float4(db[0], db[1], db[2], db[3]);
+                        acc[3 * CV + i] = make_float4(db[4], db[5], db[6], db[7]);
+                        store128(dinp + base + i * 8, g);
                     }
-                    acc[0 * CV + i] = make_float4(dw[0], dw[1], dw[2], dw[3]);
-                    acc[1 * CV + i] = make_float4(dw[4], dw[5], dw[6], dw[7]);
-                    acc[2 * CV + i] = make_float4(db[0], db[1], db[2], db[3]);
-                    acc[3 * CV + i] = make_float4(db[4], db[5], db[6], db[7]);
-                    store128(dinp + base + i * 8, g);
                 }
             }
         }
@@ -302,18 +319,28 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 using BackwardKernel = void (*)(bf16*, float*, const bf16*, const bf16*, const bf16*, const float*, const float*, int,
                                 int, int);
 
+// A backward kernel and its most warps a block.
+struct BackwardKernelInfo {
+    BackwardKernel kernel;
+    int max_warps;
+};
+template <int V, bool kRowInRegs>
+BackwardKernelInfo backward_kernel() {
+    return {layernorm_backward_kernel<V, kRowInRegs>, bwd_max_warps<V>()};
+}
+
 // Rows up to 2048 channels stay in registers; wider ones go in slices of 1024 channels.
-BackwardKernel backward_kernel_for(int C) {
+BackwardKernelInfo backward_kernel_for(int C) {
     switch (ceil_div(C, 256)) {
-        case 1: return layernorm_backward_kernel<1, true>;
-        case 2: return layernorm_backward_kernel<2, true>;
-        case 3: return layernorm_backward_kernel<3, true>;
-        case 4: return layernorm_backward_kernel<4, true>;
-        case 5: return layernorm_backward_kernel<5, true>;
-        case 6: return layernorm_backward_kernel<6, true>;
-        case 7: return layernorm_backward_kernel<7, true>;
-        case 8: return layernorm_backward_kernel<8, true>;
-        default: return layernorm_backward_kernel<4, false>;
+        case 1: return backward_kernel<1, true>();
+        case 2: return backward_kernel<2, true>();
+        case 3: return backward_kernel<3, true>();
+        case 4: return backward_kernel<4, true>();
+        case 5: return backward_kernel<5, true>();
+        case 6: return backward_kernel<6, true>();
+        case 7: return backward_kernel<7, true>();
+        case 8: return backward_kernel<8, true>();
+        default: return backward_kernel<4, false>();
     }
 }
 
@@ -328,13 +355,14 @@ struct BackwardPlan {
 
 BackwardPlan backward_plan(int N, int C) {
     BackwardPlan plan;
-    plan.kernel = backward_kernel_for(C);
+    const BackwardKernelInfo info = backward_kernel_for(C);
+    plan.kernel = info.kernel;
     int dev = 0, sms = 0, smem_optin = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     const size_t warp_bytes = (size_t)C * 8;  // float4 acc[4][C/8]
-    plan.warps = (int)std::max<size_t>(1, std::min<size_t>(kBwdMaxWarps, (size_t)smem_optin / warp_bytes));
+    plan.warps = (int)std::max<size_t>(1, std::min<size_t>(info.max_warps, (size_t)smem_optin / warp_bytes));
     plan.smem = plan.warps * warp_bytes;
     CUDA_CHECK(cudaFuncSetAttribute(plan.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan.smem));
     int per_sm = 0;

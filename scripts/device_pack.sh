@@ -2,7 +2,7 @@
 # Builds, on this machine, what a GPU machine without a package manager needs, into one folder
 # (default .carry/dev, git-ignored): the codagpt binary and GPU test binaries built for Hopper
 # (sm_90a) without -march=native and without the tokenizer (ICU), the prepared TinyShakespeare
-# shards, and the PyTorch peer benchmark. Run scripts/gpu_check.sh there with that folder.
+# shards, the configs, and the PyTorch peer benchmark. Run scripts/gpu_check.sh there with that folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.carry/dev}
@@ -13,6 +13,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCODAGPT_NATIVE=OFF -DCODAGPT
 cmake --build "$build" -j"$(nproc)"
 rm -rf "$out" && mkdir -p "$out/data"
 cp "$build/codagpt" "$out/"
+cp -r configs "$out/"  # the configs this binary knows: the working tree's may have moved on
 find "$build/tests" -maxdepth 1 -name "test_gpu_*" -type f -executable -exec cp {} "$out/" \;
 [[ -f data/tinyshakespeare/val_000000.bin ]] || make data
 cp data/tinyshakespeare/*.bin "$out/data/"

@@ -34,7 +34,7 @@ if [[ $what == bench || $what == all ]]; then
   for model in gpt2-350m gpt2-1.5b; do
     for recompute in none gelu; do
       log=$runs/train-$model-$recompute.log
-      "$dir/codagpt" train --config "configs/$model.json" --device cuda --steps "${STEPS:-30}" --recompute $recompute \
+      "$dir/codagpt" train --config "$dir/configs/$model.json" --device cuda --steps "${STEPS:-30}" --recompute $recompute \
         --out_dir "$runs/run-$model-$recompute" "${data[@]}" --log_every 5 --bench-json "$json" > "$log" 2>&1
       { echo "===== codagpt $model recompute=$recompute"; cat "$log"; } >> "$out/bench.log"
       summary+=("codagpt $model recompute=$recompute: $(grep -E '^done|error' "$log")")

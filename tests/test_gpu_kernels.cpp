@@ -460,6 +460,23 @@ TEST(GpuBandwidth, PrintsElementwiseBandwidth) {
         const double ms = median_ms([&] { bias_backward(dw, bias_scratch, b, N, 4 * C, 0); });
         report("bias_backward M=16384 N=4C", ms, 1.0 * NC4 * 2);
     }
+    {  // LayerNorm on a large input (4N rows: 210 MB a tensor, past the 50 MB L2), beside the copy of
+       // one such tensor; a, b and out hold 4 N*C values each
+        const int N4 = 4 * N;
+        DeviceBuffer<float> mean4(N4), rstd4(N4), scratch4(layernorm_backward_scratch_floats(N4, C));
+        const double copy_ms = median_ms([&] {
+            CUDA_CHECK(cudaMemcpyAsync(out.ptr, a.ptr, NC4 * sizeof(bf16), cudaMemcpyDeviceToDevice, 0));
+        });
+        report("cudaMemcpy D2D, 4N*C bf16", copy_ms, 2.0 * NC4 * 2);
+        const double fwd_ms = median_ms([&] { layernorm_forward(out, mean4, rstd4, a, w, bias, N4, C, 0); });
+        report("layernorm_forward N=65536 C=1600", fwd_ms, 2.0 * NC4 * 2 + 8.0 * N4);
+        const double bwd_ms =
+            median_ms([&] { layernorm_backward(out, dw, db, scratch4, b, a, w, mean4, rstd4, N4, C, 0); });
+        report("layernorm_backward N=65536 C=1600", bwd_ms, 4.0 * NC4 * 2);
+        printf("    same-size copy time / kernel time: layernorm_forward %.1f%%, layernorm_backward %.1f%%\n",
+               100 * copy_ms * (2.0 * NC4 * 2 + 8.0 * N4) / (2.0 * NC4 * 2) / fwd_ms,
+               100 * copy_ms * 2 / bwd_ms);
+    }
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
