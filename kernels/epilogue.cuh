@@ -29,6 +29,14 @@
 // associative up to rounding, so orders differ only by rounding. The emulator's order is
 // documented in gemm_emulator.hpp.
 //
+// Tile accesses (LoadTile, StoreTile, AccumulateTile) go through the element: e.load(p, layout)
+// and e.store(p, layout, value). Element below does them one by one; the GPU engine's element
+// (gemm_epilogue.cuh) pairs the accesses of two horizontally adjacent elements into one 4- or
+// 8-byte access. For that, element() makes the same sequence of tile accesses for every element of
+// a row: no tile access under a condition on the column or on data (a condition on the program's
+// own fields, like LnBackwardX's optional dres, is fine; vector reads, Gather and reduction
+// updates may be conditional on anything).
+//
 // Element-level primitives are the vector and tile loaders and stores below plus plain float
 // arithmetic, so a program body reads as its formula and compiles to straight-line code:
 //   row scale          rstd(e) * x                        (RowVec)
@@ -94,19 +102,31 @@ CODA_HD inline bf16 round_to<bf16>(float x) { return to_bf16(x); }
 struct Element {
     float acc;  // fp32 accumulator of output (i, j)
     int i, j;   // global row and column
+    template <class T, class L>
+    CODA_HD T load(const T* p, const L& layout) const { return p[layout.at(i, j)]; }
+    template <class T, class L>
+    CODA_HD void store(T* p, const L& layout, T value) const { p[layout.at(i, j)] = value; }
 };
 
 // ---------------------------------------------------------------- vectors and tiles
-// Per-row (length M) and per-column (length N) fp32 vectors.
+// Per-row (length M) and per-column (length N) fp32 vectors: inputs of the GEMM, never written by
+// the kernel that reads them, so the GPU reads them through the read-only data path.
+CODA_HD inline float load_input(const float* p) {
+#ifdef __CUDA_ARCH__
+    return __ldg(p);
+#else
+    return *p;
+#endif
+}
 struct RowVec {
     const float* v = nullptr;
     template <class E>
-    CODA_HD float operator()(const E& e) const { return v[e.i]; }
+    CODA_HD float operator()(const E& e) const { return load_input(v + e.i); }
 };
 struct ColVec {
     const float* v = nullptr;
     template <class E>
-    CODA_HD float operator()(const E& e) const { return v[e.j]; }
+    CODA_HD float operator()(const E& e) const { return load_input(v + e.j); }
 };
 
 // Where element (i, j) of a matrix lives: row-major with leading dimension ld, or stored as its
@@ -123,7 +143,7 @@ struct LoadTile {
     const T* p = nullptr;
     Layout layout;
     template <class E>
-    CODA_HD float operator()(const E& e) const { return to_float(p[layout.at(e.i, e.j)]); }
+    CODA_HD float operator()(const E& e) const { return to_float(e.load(p, layout)); }
     CODA_HD explicit operator bool() const { return p != nullptr; }
 };
 
@@ -136,7 +156,7 @@ struct StoreTile {
     template <class E>
     CODA_HD float store(const E& e, float x) const {
         const T stored = round_to<T>(x);
-        p[layout.at(e.i, e.j)] = stored;
+        e.store(p, layout, stored);
         return to_float(stored);
     }
 };
@@ -148,8 +168,8 @@ struct AccumulateTile {
     Layout layout;
     template <class E>
     CODA_HD float add(const E& e, float x) const {
-        T& out = p[layout.at(e.i, e.j)];
-        out = round_to<T>(to_float(out) + x);
+        const T out = round_to<T>(to_float(e.load(p, layout)) + x);
+        e.store(p, layout, out);
         return to_float(out);
     }
 };

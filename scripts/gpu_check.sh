@@ -5,14 +5,19 @@
 #   bash scripts/gpu_check.sh DIR tests      every GPU test binary
 #   bash scripts/gpu_check.sh DIR bench      350M and 1.5B at B=16, T=1024: codagpt (GELU kept and
 #                                            recomputed) and the PyTorch peer (eager and compiled)
-#   bash scripts/gpu_check.sh DIR all
+#   bash scripts/gpu_check.sh DIR trace      the kernels of one 1.5B training step, each fusion path:
+#                                            trace_coda_1.5b.txt, trace_unfused_1.5b.txt
+#   bash scripts/gpu_check.sh DIR parity     350M on TinyShakespeare, PARITY_STEPS (default 300) steps,
+#                                            same seed and data, both paths: parity_{coda,unfused}.jsonl
+#                                            (the runs' metrics) and parity.json (a parity record)
+#   bash scripts/gpu_check.sh DIR all        tests and bench
 # STEPS (default 30) sets the benchmark's steps; PEER_COMPILE="0 1" (default) which peer modes run.
 set -uo pipefail
 dir=$1; what=${2:-tests}
 out=${OUT:-gpu_out}; mkdir -p "$out"
 runs=$(mktemp -d)
-# cuBLASLt and cuDNN where the GPU machine keeps them (../shared/DEVICE.md)
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib:${LD_LIBRARY_PATH:-}
+# cuBLASLt and cuDNN where the GPU machine keeps them (../shared/DEVICE.md); DIR: carried libraries
+export LD_LIBRARY_PATH=$dir:/usr/local/cuda/lib64:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 summary=()
 
@@ -51,6 +56,41 @@ if [[ $what == bench || $what == all ]]; then
       done
     done
   fi
+fi
+
+if [[ $what == trace ]]; then
+  for fusion in coda unfused; do
+    "$dir/codagpt" train --config "$dir/configs/gpt2-1.5b.json" --device cuda --fusion $fusion --steps 3 --quiet \
+      --train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" --eval_every 0 --eval_batches 1 \
+      --out_dir "$runs/trace-$fusion" --trace-kernels "$out/trace_${fusion}_1.5b.txt" > "$runs/trace-$fusion.log" 2>&1
+    summary+=("trace $fusion: $(grep -E 'kernels of step|error' "$runs/trace-$fusion.log")")
+  done
+fi
+
+if [[ $what == parity ]]; then
+  for fusion in unfused coda; do
+    "$dir/codagpt" train --config "$dir/configs/gpt2-350m.json" --device cuda --fusion $fusion \
+      --steps "${PARITY_STEPS:-300}" --train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" \
+      --eval_every 50 --eval_batches 8 --log_every 50 --quiet --out_dir "$runs/parity-$fusion" > "$runs/parity-$fusion.log" 2>&1
+    cp "$runs/parity-$fusion/metrics.jsonl" "$out/parity_$fusion.jsonl" 2>/dev/null
+    summary+=("parity $fusion: $(grep -E '^done|error' "$runs/parity-$fusion.log")")
+  done
+  python3 - "$out" "$dir/codagpt" <<'PY' && summary+=("$(cat "$out/parity.line")")
+import json, os, subprocess, sys, datetime
+out = sys.argv[1]
+def val(fusion):
+    vals = [json.loads(l) for l in open(f"{out}/parity_{fusion}.jsonl") if '"val_loss"' in l]
+    return vals[-1]["val_loss"], vals[-1]["step"]
+(u, steps), (c, _) = val("unfused"), val("coda")
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+rec = {"kind": "parity", "gpu": gpu, "commit": os.environ.get("CODAGPT_COMMIT", "unknown"),
+       "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+       "command": "bash scripts/gpu_check.sh DIR parity", "model": "gpt2-350m", "steps": steps,
+       "val_loss_coda": c, "val_loss_unfused": u, "rel_diff": abs(c - u) / u}
+json.dump([rec], open(f"{out}/parity.json", "w"), indent=2)
+open(f"{out}/parity.line", "w").write(f"parity after {steps} steps: val loss coda {c:.5f}, unfused {u:.5f}, rel diff {abs(c-u)/u:.3%}")
+PY
+  rm -f "$out/parity.line"
 fi
 
 rm -rf "$runs"

@@ -1,20 +1,27 @@
 #include "backend.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <omp.h>
 
 #include "common.hpp"
+#include "device.hpp"
 #include "model_cpu.hpp"
 #include "optim_cpu.hpp"
+#include "sample.hpp"
 #ifdef CODAGPT_HAVE_CUDA
 #include <cuda_runtime.h>
-#include "device.hpp"
 #include "model_gpu.hpp"
 #endif
 
 namespace codagpt {
 
 namespace {
+
+void check_params_size(const std::vector<float>& params, size_t n) {
+    if (params.size() != n)
+        throw Error("weights hold " + std::to_string(params.size()) + " parameters; this model has " + std::to_string(n));
+}
 
 void check_state_sizes(const TrainState& s, size_t n) {
     if (s.params.size() != n || s.m.size() != n || s.v.size() != n)
@@ -47,10 +54,17 @@ public:
     TrainState save_state() const override { return {model_.params, optimizer_.m, optimizer_.v, optimizer_.t}; }
     void load_state(const TrainState& s) override {
         check_state_sizes(s, model_.params.size());
-        model_.params = s.params;
+        std::copy(s.params.begin(), s.params.end(), model_.params.begin());  // in place: decoders keep pointing at them
         optimizer_.m = s.m;
         optimizer_.v = s.v;
         optimizer_.t = s.t;
+    }
+    void load_params(const std::vector<float>& params) override {
+        check_params_size(params, model_.params.size());
+        std::copy(params.begin(), params.end(), model_.params.begin());
+    }
+    std::unique_ptr<Decoder> make_decoder() const override {
+        return std::make_unique<GPT2Decoder>(model_.config(), model_.params.data());
     }
 
 private:
@@ -90,6 +104,11 @@ public:
         model_.set_params(s.params);  // master weights and their bf16 copies, rounded as AdamW rounds them
         model_.set_optimizer_state(s.m, s.v, s.t);
     }
+    void load_params(const std::vector<float>& params) override {
+        check_params_size(params, model_.num_params());
+        model_.set_params(params);
+    }
+    std::unique_ptr<Decoder> make_decoder() const override { return std::make_unique<GPT2GPUDecoder>(model_); }
     double device_memory_mib() const override {
         size_t free = 0, total = 0;
         if (cudaMemGetInfo(&free, &total) != cudaSuccess) return -1;
@@ -113,6 +132,24 @@ std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBa
 #else
     (void)c;
     (void)opt;
+    throw Error("this build has no CUDA support (configure with nvcc on PATH)");
+#endif
+}
+
+bool use_gpu(const std::string& device) {
+    if (device == "cpu") return false;
+    if (device == "cuda") return true;
+    if (device == "auto") return cuda_device_count() > 0;
+    throw Error("--device must be auto, cpu or cuda, got '" + one_line(device) + "'");
+}
+
+std::unique_ptr<Decoder> make_gpu_decoder(const ModelConfig& m, const std::vector<float>& params) {
+#ifdef CODAGPT_HAVE_CUDA
+    if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
+    return std::make_unique<GPT2GPUDecoder>(m, params);
+#else
+    (void)m;
+    (void)params;
     throw Error("this build has no CUDA support (configure with nvcc on PATH)");
 #endif
 }

@@ -8,6 +8,8 @@
 
 namespace codagpt {
 
+class Decoder;  // sample.hpp
+
 // What a checkpoint holds of a backend: the fp32 weights of record (the master weights on a GPU),
 // the AdamW moments, all flat in param_layout() order, and the number of AdamW updates taken.
 struct TrainState {
@@ -43,6 +45,12 @@ public:
     // After load_state the backend continues exactly as the one save_state was taken from.
     virtual TrainState save_state() const = 0;
     virtual void load_state(const TrainState& s) = 0;
+    // New weights (fp32, param_layout order; size checked: Error), optimizer state untouched: on a
+    // fresh backend, fine-tuning from other weights with zero AdamW moments at step 0.
+    virtual void load_params(const std::vector<float>& params) = 0;
+    // A decoder (sample.hpp) over the backend's weights in place, not a copy: each call decodes
+    // with the weights as trained so far. For samples during training; must not outlive the backend.
+    virtual std::unique_ptr<Decoder> make_decoder() const = 0;
 };
 
 std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& c);
@@ -52,5 +60,12 @@ struct GPUBackendOptions {
 };
 // Throws Error when the build has no CUDA or no GPU is visible.
 std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt);
+
+// Whether --device means the GPU: "cuda", or "auto" when a GPU is visible; "cpu" does not. Error
+// for any other value.
+bool use_gpu(const std::string& device);
+// The GPU decoder (GPT2GPUDecoder) over bf16 copies of fp32 weights in param_layout order, for
+// `codagpt sample`. Throws Error when the build has no CUDA or no GPU is visible.
+std::unique_ptr<Decoder> make_gpu_decoder(const ModelConfig& m, const std::vector<float>& params);
 
 }  // namespace codagpt

@@ -197,6 +197,11 @@ const std::vector<ConfigKey>& config_schema() {
         key("ckpt_keep", "checkpoints kept in out_dir (the newest)", [](auto& c) { return &c.ckpt_keep; }),
         key("max_bad_steps", "non-finite loss or gradient norm: steps skipped in a row before the run stops with an error",
             [](auto& c) { return &c.max_bad_steps; }),
+        key("sample_every", "steps between text samples printed and logged (also after the last step); 0 disables",
+            [](auto& c) { return &c.sample_every; }),
+        key("sample_tokens", "tokens per sample (fewer when the context fills)", [](auto& c) { return &c.sample_tokens; }),
+        key("sample_prompt", "text the samples continue (needs the tokenizer); empty: the first validation token",
+            [](auto& c) { return &c.sample_prompt; }),
         key("seed", "seed of initialization and data order", [](auto& c) { return &c.seed; }),
     };
     return schema;
@@ -246,6 +251,8 @@ void validate(const TrainConfig& c) {
     require_at_least("ckpt_every", c.ckpt_every, 0);
     require_at_least("ckpt_keep", c.ckpt_keep, 1);
     require_at_least("max_bad_steps", c.max_bad_steps, 1);
+    require_at_least("sample_every", c.sample_every, 0);
+    require_at_least("sample_tokens", c.sample_tokens, 1);
 }
 
 TrainConfig config_from_json(const json& j) {

@@ -55,6 +55,13 @@ struct TrainConfig {
     // guards: a step whose loss or gradient norm is not finite is skipped (no update); this many
     // in a row stop the run with an error
     int max_bad_steps = 3;
+    // samples: every sample_every steps (and after the last; 0 disables) sample_tokens tokens that
+    // continue sample_prompt (empty: the first token of the validation data, <|endoftext|> in
+    // prepared shards), at temperature 1 over the whole vocabulary with Rng(seed) each time, so that
+    // successive samples differ only through the weights and training draws nothing from them
+    int sample_every = 50;
+    int sample_tokens = 32;
+    std::string sample_prompt;
     uint64_t seed = 1337;
 };
 

@@ -1,10 +1,13 @@
 // codagpt: one binary, one subcommand per job.
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "backend.hpp"
 #include "common.hpp"
 #include "config.hpp"
 #include "config_cli.hpp"
@@ -12,6 +15,7 @@
 #include "results.hpp"
 #include "train.hpp"
 #include "interchange.hpp"
+#include "launcher.hpp"
 #include "sample.hpp"
 #ifdef CODAGPT_HAVE_TOKENIZER
 #include "prepare.hpp"
@@ -20,6 +24,8 @@
 
 int main(int argc, char** argv) {
     using namespace codagpt;
+    // `train --nproc-per-node N`: this process becomes the launcher of N workers (launcher.hpp).
+    if (const std::optional<int> rc = run_launcher_if_requested(argc, argv)) return *rc;
     CLI::App app{"codagpt: GPT-2 training with LayerNorm, GELU, bias and residual work fused into GEMM "
                  "epilogues (CODA), with an unfused baseline and an fp32 CPU reference"};
     app.require_subcommand(1);
@@ -41,15 +47,27 @@ int main(int argc, char** argv) {
                       "none, or gelu: keep no GELU outputs from forward, recompute them in backward (GPU)")
         ->check(CLI::IsMember({"none", "gelu"}))
         ->capture_default_str();
+    train->add_option("--fusion", train_opt.fusion,
+                      "GPU path: coda (LayerNorm, GELU, bias and residual in GEMM epilogues), unfused, or auto "
+                      "(coda on sm_80+ GPUs)")
+        ->check(CLI::IsMember({"auto", "coda", "unfused"}))
+        ->capture_default_str();
+    train->add_option("--trace-kernels", train_opt.trace_kernels,
+                      "Write the kernels one training step launches (library internals included), one a line, to FILE");
     train->add_flag("-q,--quiet", train_opt.quiet, "Print only evaluation and summary lines");
     train->add_option("--bench-json", train_opt.bench_json,
                       "Append a benchmark record (steady-state tok/s, ms/step, losses) to this JSON file");
-    train->add_option("--resume", train_opt.resume,
-                      "Continue from a checkpoint: a path, or latest (the newest ckpt_<step>.bin in out_dir)");
+    CLI::Option* resume_opt = train->add_option(
+        "--resume", train_opt.resume, "Continue from a checkpoint: a path, or latest (the newest ckpt_<step>.bin in out_dir)");
+    train->add_option("--init-from", train_opt.init_from,
+                      "Start from these weights at step 0 with a fresh optimizer (fine-tuning): a codagpt checkpoint, "
+                      ".safetensors or llm.c model .bin of the config's model shape")
+        ->excludes(resume_opt);
     train->add_option("--stop-after", train_opt.stop_after,
                       "Stop after this step as on SIGINT: save a checkpoint and exit 0 (jobs with a time limit)")
         ->check(CLI::NonNegativeNumber);
     add_config_options(*train, overrides);
+    train->footer(launch_help());  // the launcher parses its flags before CLI11 runs
 
     // ---- prepare
 #ifdef CODAGPT_HAVE_TOKENIZER
@@ -88,8 +106,9 @@ int main(int argc, char** argv) {
 
     // ---- sample (text from a model, CPU, KV cache)
 #ifdef CODAGPT_HAVE_TOKENIZER
-    CLI::App* sample_cmd = app.add_subcommand("sample", "Generate text from a model on the CPU (KV cache), streamed to stdout");
-    std::string sample_in, sample_prompt;
+    CLI::App* sample_cmd = app.add_subcommand(
+        "sample", "Generate text from a model with a KV cache (GPU when present, else CPU), streamed to stdout");
+    std::string sample_in, sample_prompt, sample_device = "auto";
     SampleOptions sample_opt;
     sample_cmd->add_option("--checkpoint", sample_in, "A codagpt checkpoint, .safetensors file or llm.c model .bin")
         ->required();
@@ -104,13 +123,21 @@ int main(int argc, char** argv) {
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     sample_cmd->add_option("--seed", sample_opt.seed, "Random seed (same seed, same text)")->capture_default_str();
+    sample_cmd->add_option("--device", sample_device, "auto (GPU when present), cpu or cuda (bf16 weights)")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+        ->capture_default_str();
 #endif
 
-    // ---- plot (a run's metrics.jsonl as SVG)
-    CLI::App* plot_cmd = app.add_subcommand("plot", "Draw loss, val loss and tok/s against step from RUN_DIR/metrics.jsonl into an SVG");
-    std::string plot_dir, plot_out;
-    plot_cmd->add_option("run_dir", plot_dir, "Run directory (a train run's out_dir)")->required();
-    plot_cmd->add_option("-o,--out", plot_out, "SVG file to write (default RUN_DIR/metrics.svg)");
+    // ---- plot (runs' metrics.jsonl as one SVG)
+    CLI::App* plot_cmd = app.add_subcommand(
+        "plot", "Draw loss, val loss and tok/s against step from RUN_DIR/metrics.jsonl into an SVG; several runs overlaid");
+    std::vector<std::string> plot_dirs, plot_labels;
+    std::string plot_out;
+    plot_cmd->add_option("run_dirs", plot_dirs, "Run directories (train runs' out_dir), one colour each")->required();
+    plot_cmd->add_option("-o,--out", plot_out, "SVG file to write (one run: default RUN_DIR/metrics.svg; several: required)");
+    plot_cmd->add_option("--labels", plot_labels, "Legend names of the runs, comma-separated, in order (default: folder names)")
+        ->delimiter(',')
+        ->allow_extra_args(false);  // one comma-separated word, so run directories after it stay run directories
 
     CLI11_PARSE(app, argc, argv);
     try {
@@ -118,10 +145,23 @@ int main(int argc, char** argv) {
             TrainConfig cfg = load_config(config_name);
             apply_overrides(cfg, overrides);
             train_opt.command = join_command(argc, argv);
+#ifdef CODAGPT_HAVE_TOKENIZER
+            train_opt.sample_text = [] {
+                std::shared_ptr<const Tokenizer> tok;
+                try {
+                    tok = std::make_shared<const Tokenizer>(Tokenizer::load(find_tokenizer_dir()));
+                } catch (const Error& e) {
+                    throw Error(std::string("samples during training (sample_every) need the GPT-2 tokenizer: ") + e.what() +
+                                " (or train with --sample_every 0)");
+                }
+                return SampleText{[tok](const std::string& text) { return tok->encode(text); },
+                                  [tok](const std::vector<int>& ids) { return tok->decode(ids); }};
+            };
+#endif
             return run_train(cfg, train_opt);
         }
         if (plot_cmd->parsed()) {
-            std::printf("wrote %s\n", plot_run(plot_dir, plot_out).c_str());
+            std::printf("wrote %s\n", plot_runs(plot_dirs, plot_out, plot_labels).c_str());
             return 0;
         }
         if (export_cmd->parsed()) {
@@ -146,10 +186,12 @@ int main(int argc, char** argv) {
             const Tokenizer tok = Tokenizer::load(find_tokenizer_dir());
             std::vector<int> prompt = tok.encode(sample_prompt);
             if (prompt.empty()) prompt.push_back(Tokenizer::kEot);
-            GPT2Decoder dec(w.config, w.params.data());
+            const std::unique_ptr<Decoder> dec = use_gpu(sample_device)
+                                                     ? make_gpu_decoder(w.config, w.params)
+                                                     : std::make_unique<GPT2Decoder>(w.config, w.params.data());
             Utf8Stream text;
             std::fwrite(sample_prompt.data(), 1, sample_prompt.size(), stdout);
-            generate(dec, prompt, sample_opt, [&](int t) {
+            generate(*dec, prompt, sample_opt, [&](int t) {
                 const std::string s = text.push(tok.decode(&t, 1));
                 std::fwrite(s.data(), 1, s.size(), stdout);
                 std::fflush(stdout);

@@ -11,8 +11,10 @@
 #include "attention.cuh"
 #include "bias.cuh"
 #include "classifier.cuh"
+#include "decode.cuh"
 #include "encoder.cuh"
 #include "gelu.cuh"
+#include "gpu_training.hpp"
 #include "layernorm.cuh"
 #include "matmul.cuh"
 
@@ -240,32 +242,10 @@ struct GPT2GPU::Impl {
         encoder_backward(g.wte, g.wpe, dresidual, buckets, B, T, C, stream);
     }
 
-    // scalars[0] = norm^2, kept on the device for apply_update; returns the norm.
-    double grad_norm() {
-        float* const norm_sq = scalars;
-        float* const norm = scalars + 1;
-        global_norm_squared(norm_sq, norm_scratch, grads, n_params, stream);
-        clip_scale(scalars + 2, norm, norm_sq, /*clip=*/0.0f, stream);  // the norm; the scale is set below
-        float host_norm = 0;
-        CUDA_CHECK(cudaMemcpyAsync(&host_norm, norm, sizeof(float), cudaMemcpyDeviceToHost, stream));
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        return host_norm;
-    }
-
-    // Clips with the norm grad_norm() left on the device, then AdamW over every tensor.
+    OptimizerBuffers optimizer() { return {&layout, n_params, master, params, grads, m, v, scalars, norm_scratch}; }
+    double grad_norm() { return device_grad_norm(optimizer(), stream); }
     void apply_update(double lr, const TrainConfig& c) {
-        float* const norm_sq = scalars;
-        float* const grad_scale = scalars + 2;
-        clip_scale(grad_scale, nullptr, norm_sq, (float)c.grad_clip, stream);
-        const int t = ++step;
-        size_t offset = 0;
-        for (const ParamInfo& info : layout) {
-            const AdamWArgs args{(float)lr, (float)c.beta1, (float)c.beta2, (float)c.adam_eps,
-                                 info.decay ? (float)c.weight_decay : 0.0f, t};
-            adamw_update(master + offset, params + offset, grads + offset, m + offset, v + offset, info.size, args,
-                         grad_scale, stream);
-            offset += info.size;
-        }
+        device_adamw_step(optimizer(), ++step, lr, c, stream);
         CUDA_CHECK(cudaStreamSynchronize(stream));
     }
 };
@@ -279,10 +259,7 @@ GPT2GPU::~GPT2GPU() = default;
 void GPT2GPU::set_params(const std::vector<float>& params) {
     if (params.size() != num_params_) throw Error("set_params: expected " + std::to_string(num_params_) + " values");
     CUDA_CHECK(cudaMemcpy(impl_->master, params.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
-    std::vector<bf16> rounded(params.size());
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < params.size(); i++) rounded[i] = __float2bfloat16(params[i]);
-    CUDA_CHECK(cudaMemcpy(impl_->params, rounded.data(), num_params_ * sizeof(bf16), cudaMemcpyHostToDevice));
+    upload_bf16(impl_->params, params);
 }
 
 std::vector<float> GPT2GPU::master_params() const {
@@ -342,5 +319,109 @@ std::vector<float> GPT2GPU::logits() const {
 }
 
 const char* GPT2GPU::attention_backend() const { return impl_->attention.backend(); }
+
+// ---- decoding with a KV cache
+
+struct GPT2GPUDecoder::Impl {
+    ModelConfig cfg;
+    DeviceBuffers mem;  // declared before every pointer into it
+    const bf16* params = nullptr;
+    bf16* owned_params = nullptr;  // when the decoder holds its own copy of the weights
+    GPT2Params<const bf16> p{};
+    Matmul matmul;
+    cudaStream_t stream = nullptr;
+    bool own_stream = false;
+    int* tokens;
+    // Rows of the positions fed in one call (up to max_seq_len: a whole prompt), then the caches.
+    bf16 *x, *ln, *qkv, *atty, *proj, *fch, *fch_gelu;
+    float *mean, *rstd, *logits;
+    bf16 *k_cache, *v_cache;  // [L, max_seq_len, C] each
+    std::vector<float> host_logits;
+
+    // weights: bf16 on the device in param_layout order, or null to allocate them (set by the caller).
+    // stream: the weights' owner's, so that decoding is ordered after its updates; null for an own one.
+    Impl(const ModelConfig& c, const bf16* weights, cudaStream_t s) : cfg(c), params(weights), stream(s) {
+        const size_t L = c.n_layer, C = c.n_embd, T = c.max_seq_len;
+        if (!params) params = owned_params = mem.alloc<bf16>(c.num_params());
+        p = param_views(params, cfg);
+        tokens = mem.alloc<int>(T);
+        x = mem.alloc<bf16>(T * C);
+        ln = mem.alloc<bf16>(T * C);
+        qkv = mem.alloc<bf16>(T * 3 * C);
+        atty = mem.alloc<bf16>(T * C);
+        proj = mem.alloc<bf16>(T * C);
+        fch = mem.alloc<bf16>(T * 4 * C);
+        fch_gelu = mem.alloc<bf16>(T * 4 * C);
+        mean = mem.alloc<float>(T);
+        rstd = mem.alloc<float>(T);
+        logits = mem.alloc<float>(c.vocab_size);
+        k_cache = mem.alloc<bf16>(L * T * C);
+        v_cache = mem.alloc<bf16>(L * T * C);
+        host_logits.resize(c.vocab_size);
+        if (!stream) {
+            CUDA_CHECK(cudaStreamCreate(&stream));
+            own_stream = true;
+        }
+    }
+    ~Impl() {
+        if (own_stream) cudaStreamDestroy(stream);
+    }
+
+    // The unfused forward (GPT2GPU::Impl::forward) for n rows at positions pos..pos+n-1, with the
+    // attention of each row against the cache; the logits of the last row only.
+    const float* forward(const int* host_tokens, int n, int pos) {
+        const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, T = cfg.max_seq_len;
+        const long nC = (long)n * C;
+        CUDA_CHECK(cudaMemcpyAsync(tokens, host_tokens, n * sizeof(int), cudaMemcpyHostToDevice, stream));
+        // Row r gets wpe[pos + r]: the encoder adds wpe row (r mod T) of the table it is given.
+        encoder_forward(x, tokens, p.wte, p.wpe + (size_t)pos * C, 1, n, C, stream);
+        for (int l = 0; l < L; l++) {
+            const LayerParams<const bf16> w = layer_params(p, l, C);
+            bf16* const kc = k_cache + (size_t)l * T * C;
+            bf16* const vc = v_cache + (size_t)l * T * C;
+            layernorm_forward(ln, mean, rstd, x, w.ln1_w, w.ln1_b, n, C, stream);
+            matmul.forward(qkv, ln, w.qkv_w, w.qkv_b, n, C, 3 * C, stream);
+            // The rows' keys and values (columns C..2C and 2C..3C of qkv) join the cache at their positions.
+            for (int part = 1; part <= 2; part++)
+                CUDA_CHECK(cudaMemcpy2DAsync((part == 1 ? kc : vc) + (size_t)pos * C, C * sizeof(bf16),
+                                             qkv + part * C, 3 * C * sizeof(bf16), C * sizeof(bf16), n,
+                                             cudaMemcpyDeviceToDevice, stream));
+            decode_attention(atty, qkv, 3 * C, kc, vc, n, pos, NH, HS, stream);
+            matmul.forward(proj, atty, w.proj_w, w.proj_b, n, C, C, stream);
+            residual_forward(x, x, proj, nC, stream);
+            layernorm_forward(ln, mean, rstd, x, w.ln2_w, w.ln2_b, n, C, stream);
+            matmul.forward(fch, ln, w.fc_w, w.fc_b, n, C, 4 * C, stream);
+            gelu_forward(fch_gelu, fch, 4 * nC, stream);
+            matmul.forward(proj, fch_gelu, w.fcproj_w, w.fcproj_b, n, 4 * C, C, stream);
+            residual_forward(x, x, proj, nC, stream);
+        }
+        layernorm_forward(ln, mean, rstd, x + (size_t)(n - 1) * C, p.lnf_w, p.lnf_b, 1, C, stream);
+        decode_logits(logits, ln, p.wte, cfg.vocab_size, C, stream);
+        CUDA_CHECK(cudaMemcpyAsync(host_logits.data(), logits, host_logits.size() * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        return host_logits.data();
+    }
+};
+
+GPT2GPUDecoder::GPT2GPUDecoder(const GPT2GPU& model)
+    : impl_(std::make_unique<Impl>(model.impl_->cfg, model.impl_->params, model.impl_->stream)) {}
+
+GPT2GPUDecoder::GPT2GPUDecoder(const ModelConfig& m, const bf16* weights, cudaStream_t stream)
+    : impl_(std::make_unique<Impl>(m, weights, stream)) {}
+
+GPT2GPUDecoder::GPT2GPUDecoder(const ModelConfig& m, const std::vector<float>& params) {
+    if (params.size() != m.num_params())
+        throw Error("GPT2GPUDecoder: expected " + std::to_string(m.num_params()) + " weights, got " +
+                    std::to_string(params.size()));
+    impl_ = std::make_unique<Impl>(m, nullptr, nullptr);
+    upload_bf16(impl_->owned_params, params);
+}
+
+GPT2GPUDecoder::~GPT2GPUDecoder() = default;
+
+const ModelConfig& GPT2GPUDecoder::config() const { return impl_->cfg; }
+
+const float* GPT2GPUDecoder::forward(const int* tokens, int n) { return impl_->forward(tokens, n, pos_); }
 
 }  // namespace codagpt

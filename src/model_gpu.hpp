@@ -10,6 +10,10 @@
 
 #include "config.hpp"
 #include "model_cpu.hpp"
+#include "sample.hpp"
+
+struct __nv_bfloat16;  // bf16 (cuda_bf16.h) and cudaStream_t, without CUDA headers
+struct CUstream_st;
 
 namespace codagpt {
 
@@ -58,9 +62,35 @@ public:
     size_t num_params() const { return num_params_; }
 
 private:
+    friend class GPT2GPUDecoder;  // decodes with the bf16 weights in place (samples during training)
     struct Impl;
     std::unique_ptr<Impl> impl_;
     size_t num_params_ = 0;
+};
+
+// Text generation on the GPU (a Decoder, sample.hpp): the unfused model's kernels on bf16 weights,
+// a KV cache per layer ([max_seq_len, C] bf16 keys and values), a prompt's positions in one pass
+// (the prefill: GEMMs with M = prompt length) and then one position per call; attention and the
+// LM head through kernels/decode.cuh, whose fp32 logits of the last position come back to the host.
+// Every buffer is allocated at construction: decoding allocates nothing.
+class GPT2GPUDecoder final : public Decoder {
+public:
+    // Over the bf16 weights of `model`, read at every call, so it decodes with the weights as trained
+    // so far; `model` must outlive the decoder.
+    explicit GPT2GPUDecoder(const GPT2GPU& model);
+    // Over its own bf16 copy (rounded to nearest even, as GPT2GPU::set_params) of fp32 weights in
+    // param_layout order.
+    GPT2GPUDecoder(const ModelConfig& m, const std::vector<float>& params);
+    // Over bf16 weights in param_layout order that another model owns and updates on `stream` (the
+    // fused trainer's, GPT2CodaGPU), read at every call as with the constructor from a GPT2GPU.
+    GPT2GPUDecoder(const ModelConfig& m, const __nv_bfloat16* weights, CUstream_st* stream);
+    ~GPT2GPUDecoder() override;
+    const ModelConfig& config() const override;
+
+private:
+    const float* forward(const int* tokens, int n) override;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace codagpt

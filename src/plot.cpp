@@ -1,5 +1,6 @@
 // metrics.jsonl to SVG by hand: two panels (loss and validation loss; tokens/s) sharing the step
 // axis, each with ticks at "nice" values (1, 2 or 5 times a power of ten), labels and a legend.
+// Several runs are drawn over each other on axes that cover them all.
 #include "plot.hpp"
 
 #include <algorithm>
@@ -7,7 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common.hpp"
 #include "fileio.hpp"
@@ -95,11 +98,26 @@ struct Panel {
     double x0, y0, w, h;  // plot area in SVG units
 };
 
-void draw_panel(std::string& svg, const Panel& p, const Axis& xa, const std::vector<const Series*>& series,
-                const std::vector<std::string>& names, const std::vector<std::string>& colors, const std::string& ylabel) {
+struct Line {
+    const Series* points;
+    std::string cls, color, label;  // label: the run's, on several-run figures only
+    bool dashed;
+};
+
+struct LegendKey {
+    std::string text, color;
+    bool dashed;
+};
+
+std::string stroke(const std::string& color, const char* width, bool dashed) {
+    return " stroke=\"" + color + "\" stroke-width=\"" + width + "\"" + (dashed ? " stroke-dasharray=\"6,4\"" : "");
+}
+
+void draw_panel(std::string& svg, const Panel& p, const Axis& xa, const std::vector<Line>& lines,
+                const std::vector<LegendKey>& keys, const std::string& ylabel) {
     double lo = INFINITY, hi = -INFINITY;
-    for (const Series* s : series)
-        for (const auto& [x, y] : *s) lo = std::min(lo, y), hi = std::max(hi, y);
+    for (const Line& l : lines)
+        for (const auto& [x, y] : *l.points) lo = std::min(lo, y), hi = std::max(hi, y);
     if (!(lo <= hi)) lo = 0, hi = 1;
     const Axis ya(lo, hi);
     auto X = [&](double x) { return p.x0 + (x - xa.lo) / (xa.hi - xa.lo) * p.w; };
@@ -125,46 +143,118 @@ void draw_panel(std::string& svg, const Panel& p, const Axis& xa, const std::vec
     svg += "<text x=\"" + num(p.x0 + p.w / 2) + "\" y=\"" + num(p.y0 + p.h + 36) + "\" text-anchor=\"middle\">step</text>\n";
     svg += "<text transform=\"translate(" + num(p.x0 - 62) + "," + num(p.y0 + p.h / 2) +
            ") rotate(-90)\" text-anchor=\"middle\">" + xml_escape(ylabel) + "</text>\n";
-    for (size_t i = 0; i < series.size(); i++) {
-        if (series[i]->empty()) continue;
-        svg += "<polyline class=\"" + names[i] + "\" fill=\"none\" stroke=\"" + colors[i] + "\" stroke-width=\"1.5\" points=\"";
-        for (const auto& [x, y] : *series[i]) svg += num(X(x)) + "," + num(Y(y)) + " ";
+    for (const Line& l : lines) {
+        if (l.points->empty()) continue;
+        svg += "<polyline class=\"" + l.cls + "\"" + (l.label.empty() ? "" : " data-label=\"" + xml_escape(l.label) + "\"") +
+               " fill=\"none\"" + stroke(l.color, "1.5", l.dashed) + " points=\"";
+        for (const auto& [x, y] : *l.points) svg += num(X(x)) + "," + num(Y(y)) + " ";
         svg.back() = '"';
         svg += "/>\n";
-        // legend, top right
-        const double ly = p.y0 + 16 + 18 * i, lx = p.x0 + p.w - 130;
+    }
+    // Legend, top right, moved left as far as its longest text needs (about 7 units a character).
+    size_t longest = 0;
+    for (const LegendKey& k : keys) longest = std::max(longest, k.text.size());
+    const double lx = p.x0 + p.w - std::max(130.0, 40.0 + 7.0 * longest);
+    for (size_t i = 0; i < keys.size(); i++) {
+        const double ly = p.y0 + 16 + 18 * i;
         svg += "<line x1=\"" + num(lx) + "\" y1=\"" + num(ly - 4) + "\" x2=\"" + num(lx + 24) + "\" y2=\"" + num(ly - 4) +
-               "\" stroke=\"" + colors[i] + "\" stroke-width=\"2\"/>\n";
-        svg += "<text x=\"" + num(lx + 30) + "\" y=\"" + num(ly) + "\">" + names[i] + "</text>\n";
+               "\"" + stroke(keys[i].color, "2", keys[i].dashed) + "/>\n";
+        svg += "<text x=\"" + num(lx + 30) + "\" y=\"" + num(ly) + "\">" + xml_escape(keys[i].text) + "</text>\n";
     }
     svg += "</g>\n";
 }
 
+// One colour per run on several-run figures (matplotlib's tab10 without its grey, which the legend
+// uses for the line styles); runs past the ninth reuse colours.
+const char* const kRunColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                  "#8c564b", "#e377c2", "#bcbd22", "#17becf"};
+
 }  // namespace
 
-std::string metrics_svg(const MetricsSeries& m, const std::string& title) {
+std::string metrics_svg(const std::vector<RunMetrics>& runs, const std::string& title) {
     double lo = INFINITY, hi = -INFINITY;
-    for (const Series* s : {&m.loss, &m.val_loss, &m.tok_s})
-        for (const auto& pt : *s) lo = std::min(lo, pt.first), hi = std::max(hi, pt.first);
+    for (const RunMetrics& r : runs)
+        for (const Series* s : {&r.metrics.loss, &r.metrics.val_loss, &r.metrics.tok_s})
+            for (const auto& pt : *s) lo = std::min(lo, pt.first), hi = std::max(hi, pt.first);
     if (!(lo <= hi)) lo = 0, hi = 1;
     const Axis xa(lo, hi);
+    std::vector<Line> loss_lines, tok_lines;
+    std::vector<LegendKey> loss_keys, tok_keys;
+    if (runs.size() == 1) {
+        const MetricsSeries& m = runs[0].metrics;
+        loss_lines = {{&m.loss, "loss", "#1f77b4", "", false}, {&m.val_loss, "val_loss", "#d62728", "", false}};
+        tok_lines = {{&m.tok_s, "tok_s", "#2ca02c", "", false}};
+        auto series_keys = [](const std::vector<Line>& lines) {
+            std::vector<LegendKey> keys;
+            for (const Line& l : lines)
+                if (!l.points->empty()) keys.push_back({l.cls, l.color, false});
+            return keys;
+        };
+        loss_keys = series_keys(loss_lines);
+        tok_keys = series_keys(tok_lines);
+    } else {
+        bool any_loss = false, any_val = false;
+        for (size_t i = 0; i < runs.size(); i++) {
+            const MetricsSeries& m = runs[i].metrics;
+            const std::string color = kRunColors[i % std::size(kRunColors)], &label = runs[i].label;
+            loss_lines.push_back({&m.loss, "loss", color, label, false});
+            loss_lines.push_back({&m.val_loss, "val_loss", color, label, true});
+            tok_lines.push_back({&m.tok_s, "tok_s", color, label, false});
+            loss_keys.push_back({label, color, false});
+            tok_keys.push_back({label, color, false});
+            any_loss |= !m.loss.empty();
+            any_val |= !m.val_loss.empty();
+        }
+        // colour says which run, the line style which series
+        if (any_loss) loss_keys.push_back({"loss", "#444", false});
+        if (any_val) loss_keys.push_back({"val_loss", "#444", true});
+    }
     std::string svg =
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"900\" height=\"700\" viewBox=\"0 0 900 700\" "
         "font-family=\"sans-serif\" font-size=\"12\">\n"
         "<rect width=\"900\" height=\"700\" fill=\"white\"/>\n"
         "<text x=\"450\" y=\"26\" text-anchor=\"middle\" font-size=\"16\">" + xml_escape(title) + "</text>\n";
-    draw_panel(svg, {90, 50, 780, 260}, xa, {&m.loss, &m.val_loss}, {"loss", "val_loss"}, {"#1f77b4", "#d62728"}, "loss");
-    draw_panel(svg, {90, 380, 780, 260}, xa, {&m.tok_s}, {"tok_s"}, {"#2ca02c"}, "tokens/s");
+    draw_panel(svg, {90, 50, 780, 260}, xa, loss_lines, loss_keys, "loss");
+    draw_panel(svg, {90, 380, 780, 260}, xa, tok_lines, tok_keys, "tokens/s");
     svg += "</svg>\n";
     return svg;
 }
 
-std::string plot_run(const std::string& run_dir, const std::string& out) {
+std::string plot_runs(const std::vector<std::string>& run_dirs, const std::string& out,
+                      const std::vector<std::string>& labels) {
     namespace fs = std::filesystem;
-    const MetricsSeries m = read_metrics((fs::path(run_dir) / "metrics.jsonl").string());
-    const std::string path = out.empty() ? (fs::path(run_dir) / "metrics.svg").string() : out;
-    write_file_atomic(path, metrics_svg(m, fs::path(run_dir).lexically_normal().string() + ": metrics.jsonl"));
+    if (run_dirs.empty()) throw Error("no run directory to plot");
+    if (!labels.empty() && labels.size() != run_dirs.size())
+        throw Error("--labels and the run directories differ in number (" + std::to_string(labels.size()) + " vs " +
+                    std::to_string(run_dirs.size()) + "): give one label per run, in order");
+    for (const std::string& l : labels)
+        if (l.empty()) throw Error("--labels holds an empty label");
+    if (run_dirs.size() > 1 && out.empty()) throw Error("plotting several runs needs -o FILE.svg (no one run directory owns the figure)");
+    for (const std::string& d : run_dirs)
+        if (!fs::is_directory(d)) throw Error("no run directory " + d);
+
+    std::vector<std::string> names = labels;
+    if (names.empty()) {
+        // weakly_canonical names "." and "runs/a/" after their folder
+        for (const std::string& d : run_dirs) names.push_back(fs::weakly_canonical(d).filename().string());
+        // the default out_dir is runs/<config>, so two runs of one config often share a folder name
+        if (std::set<std::string>(names.begin(), names.end()).size() < names.size())
+            for (size_t i = 0; i < run_dirs.size(); i++) names[i] = fs::path(run_dirs[i]).lexically_normal().string();
+    }
+    std::vector<RunMetrics> runs;
+    for (size_t i = 0; i < run_dirs.size(); i++)
+        runs.push_back({names[i], read_metrics((fs::path(run_dirs[i]) / "metrics.jsonl").string())});
+
+    std::string title;
+    if (runs.size() == 1) {
+        title = (labels.empty() ? fs::path(run_dirs[0]).lexically_normal().string() : labels[0]) + ": metrics.jsonl";
+    } else {
+        title = "metrics.jsonl:";
+        for (size_t i = 0; i < runs.size(); i++) title += (i ? " vs " : " ") + runs[i].label;
+    }
+    const std::string path = out.empty() ? (fs::path(run_dirs[0]) / "metrics.svg").string() : out;
+    write_file_atomic(path, metrics_svg(runs, title));
     return path;
 }
 

@@ -11,6 +11,21 @@
 
 namespace codagpt {
 
+const float* Decoder::feed(const int* tokens, int n) {
+    const ModelConfig& m = config();
+    if (n < 1) throw Error("a decoder needs at least one token per call, got " + std::to_string(n));
+    if (n > m.max_seq_len - pos_)
+        throw Error("context full: " + std::to_string(m.max_seq_len) + " positions (max_seq_len), " +
+                    std::to_string(pos_) + " used, " + std::to_string(n) + " more asked");
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m.vocab_size)
+            throw Error("token id " + std::to_string(tokens[i]) + " outside the vocabulary of " +
+                        std::to_string(m.vocab_size));
+    const float* logits = forward(tokens, n);
+    pos_ += n;
+    return logits;
+}
+
 GPT2Decoder::GPT2Decoder(const ModelConfig& m, const float* params) : m_(m), params_(params) {
     const size_t L = m.n_layer, C = m.n_embd, T = m.max_seq_len;
     k_cache_.assign(L * T * C, 0.0f);
@@ -26,14 +41,10 @@ GPT2Decoder::GPT2Decoder(const ModelConfig& m, const float* params) : m_(m), par
     logits_.assign(m.padded_vocab(), 0.0f);
 }
 
-const float* GPT2Decoder::step(int token) {
-    const long C = m_.n_embd, NH = m_.n_head, hs = C / NH, T = m_.max_seq_len, V = m_.vocab_size;
-    if (pos_ >= T) throw Error("context full: " + std::to_string(T) + " positions (max_seq_len)");
-    if (token < 0 || token >= V)
-        throw Error("token id " + std::to_string(token) + " outside the vocabulary of " + std::to_string(V));
+void GPT2Decoder::advance(int token, long t) {
+    const long C = m_.n_embd, NH = m_.n_head, hs = C / NH, T = m_.max_seq_len;
     const GPT2Params<const float> p = param_views(params_, m_);
     float mean, rstd;
-    const long t = pos_;
     for (long c = 0; c < C; c++) x_[c] = p.wte[token * C + c] + p.wpe[t * C + c];
 
     for (long l = 0; l < m_.n_layer; l++) {
@@ -57,6 +68,14 @@ const float* GPT2Decoder::step(int token) {
         cpu::matmul_forward(proj_.data(), fch_gelu_.data(), lp.fcproj_w, lp.fcproj_b, 1L, 4 * C, C);
         cpu::residual_forward(x_.data(), x_.data(), proj_.data(), C);
     }
+}
+
+const float* GPT2Decoder::forward(const int* tokens, int n) {
+    for (int i = 0; i < n; i++) advance(tokens[i], pos_ + i);
+    // The LM head only for the last position: the prompt's other logits are never read.
+    const long C = m_.n_embd, V = m_.vocab_size;
+    const GPT2Params<const float> p = param_views(params_, m_);
+    float mean, rstd;
     cpu::layernorm_forward(ln_.data(), &mean, &rstd, x_.data(), p.lnf_w, p.lnf_b, 1L, C);
     // Tied LM head, one row: logits[v] = <lnf, wte[v]> (padded columns stay 0).
     const float* xf = ln_.data();
@@ -67,7 +86,6 @@ const float* GPT2Decoder::step(int token) {
         for (long c = 0; c < C; c++) s += xf[c] * e[c];
         logits_[v] = s;
     }
-    pos_++;
     return logits_.data();
 }
 
@@ -98,7 +116,7 @@ int sample_token(const float* logits, int V, double temperature, int top_k, Rng&
     return ids.back();  // u within rounding of sum
 }
 
-std::vector<int> generate(GPT2Decoder& dec, const std::vector<int>& prompt, const SampleOptions& opt,
+std::vector<int> generate(Decoder& dec, const std::vector<int>& prompt, const SampleOptions& opt,
                           const std::function<void(int)>& on_token) {
     const ModelConfig& m = dec.config();
     if (prompt.empty()) throw Error("generate: the prompt needs at least one token");
@@ -106,8 +124,7 @@ std::vector<int> generate(GPT2Decoder& dec, const std::vector<int>& prompt, cons
         throw Error("prompt of " + std::to_string(prompt.size()) + " tokens is longer than the model's context (" +
                     std::to_string(m.max_seq_len) + ")");
     dec.reset();
-    const float* logits = nullptr;
-    for (int tok : prompt) logits = dec.step(tok);
+    const float* logits = dec.feed(prompt.data(), int(prompt.size()));
     Rng rng(opt.seed);
     std::vector<int> out;
     for (int i = 0; i < opt.max_tokens; i++) {

@@ -1,6 +1,8 @@
-// Text generation on the CPU from fp32 weights: an incremental GPT-2 forward with a KV cache (one
-// new token per step attends to the keys and values cached for the earlier positions), and a
-// sampler with temperature and top-k, deterministic for a fixed seed (codagpt::Rng).
+// Text generation: a GPT-2 forward one position at a time with a KV cache (the keys and values of
+// earlier positions are kept, so each new token costs one row of work), on the CPU (GPT2Decoder,
+// below, fp32) or the GPU (GPT2GPUDecoder, model_gpu.hpp, bf16); and one sampler over the fp32
+// logits on the host (temperature, top-k, deterministic for a fixed seed with codagpt::Rng) that
+// drives either.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -13,23 +15,42 @@
 
 namespace codagpt {
 
-// GPT-2's forward for one position at a time, built from the CPU reference ops (ops_cpu.hpp).
-// Its logits equal GPT2CPU's full-sequence forward at every position, to fp32 rounding.
-class GPT2Decoder {
+// A model that takes tokens at successive positions and gives the next token's logits.
+class Decoder {
 public:
-    // params: flat in param_layout(m) order; must outlive the decoder.
-    GPT2Decoder(const ModelConfig& m, const float* params);
-    // Appends `token` at position position() and returns the logits of the next token, [Vp] with the
-    // first vocab_size meaningful. Error when the context (max_seq_len) is full or the id is out of range.
-    const float* step(int token);
+    virtual ~Decoder() = default;
+    virtual const ModelConfig& config() const = 0;
+    // Appends tokens[0, n) at positions position() .. position()+n-1 (a prompt in one call: the
+    // prefill) and returns the logits of the token after the last: vocab_size fp32 values on the
+    // host, valid until the next call. Error when n < 1, an id is outside the vocabulary or the
+    // context (max_seq_len) would overflow; nothing is changed then.
+    const float* feed(const int* tokens, int n);
+    const float* step(int token) { return feed(&token, 1); }
     int position() const { return pos_; }
-    void reset() { pos_ = 0; }
-    const ModelConfig& config() const { return m_; }
+    void reset() { pos_ = 0; }  // forget the cache: the next token goes to position 0
+
+protected:
+    int pos_ = 0;
 
 private:
+    // feed() after its checks; pos_ is the first new position and advances when this returns.
+    virtual const float* forward(const int* tokens, int n) = 0;
+};
+
+// GPT-2's forward for one position at a time, built from the CPU reference ops (ops_cpu.hpp).
+// Its logits equal GPT2CPU's full-sequence forward at every position, to fp32 rounding.
+class GPT2Decoder final : public Decoder {
+public:
+    // params: flat in param_layout(m) order; must outlive the decoder, which reads them at every call.
+    GPT2Decoder(const ModelConfig& m, const float* params);
+    const ModelConfig& config() const override { return m_; }
+
+private:
+    const float* forward(const int* tokens, int n) override;
+    void advance(int token, long t);  // the blocks for one token at position t: fills the cache, leaves x_
+
     ModelConfig m_;
     const float* params_;
-    int pos_ = 0;
     std::vector<float> k_cache_, v_cache_;  // [L, maxT, C] each
     std::vector<float> x_, ln_, qkv_, atty_, proj_, fch_, fch_gelu_, scores_, logits_;
 };
@@ -46,9 +67,10 @@ struct SampleOptions {
 // with one rng.uniform().
 int sample_token(const float* logits, int V, double temperature, int top_k, Rng& rng);
 
-// Feeds the prompt (at least one token), then samples up to max_tokens tokens, stopping early when
-// the context is full; on_token sees each as it is drawn. Returns the sampled tokens.
-std::vector<int> generate(GPT2Decoder& dec, const std::vector<int>& prompt, const SampleOptions& opt,
+// Starts the decoder afresh, feeds the prompt (at least one token) in one call, then samples up to
+// max_tokens tokens with Rng(opt.seed), stopping early when the context is full; on_token sees each
+// as it is drawn. Returns the sampled tokens.
+std::vector<int> generate(Decoder& dec, const std::vector<int>& prompt, const SampleOptions& opt,
                           const std::function<void(int)>& on_token = nullptr);
 
 // Byte stream to complete UTF-8 characters: a token may end inside a multi-byte character, whose

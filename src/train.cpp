@@ -1,6 +1,6 @@
-// The training program, top to bottom: read the checkpoint to resume from, pick the backend, build
-// the model, the data loaders and the optimizer, then the step loop with logging, periodic
-// evaluation and checkpoints.
+// The training program, top to bottom: read the checkpoint to resume from (or the weights to start
+// from), pick the backend, build the model, the data loaders and the optimizer, then the step loop
+// with logging, periodic evaluation, samples and checkpoints.
 #include "train.hpp"
 
 #include <algorithm>
@@ -11,17 +11,24 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <unistd.h>
 
 #include "backend.hpp"
+#include "backend_coda_gpu.hpp"
 #include "checkpoint.hpp"
 #include "common.hpp"
 #include "data.hpp"
 #include "device.hpp"
+#include "dist_env.hpp"
 #include "fileio.hpp"
+#include "interchange.hpp"
+#include "kernel_trace.hpp"
 #include "optim_cpu.hpp"
+#include "rendezvous.hpp"
 #include "results.hpp"
+#include "sample.hpp"
 
 namespace codagpt {
 namespace fs = std::filesystem;
@@ -38,11 +45,14 @@ public:
         f_.open(path, resume_step ? std::ios::app : std::ios::trunc);
         if (!f_) throw Error("cannot open metrics file " + path.string());
     }
-    void write(const nlohmann::json& j) { f_ << j.dump() << '\n' << std::flush; }
+    // Invalid UTF-8 (a sample may end inside a character) becomes U+FFFD instead of an exception.
+    void write(const nlohmann::json& j) {
+        f_ << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n' << std::flush;
+    }
 
 private:
-    // Keeps the training lines of steps <= step and the evaluation lines of steps < step (the
-    // evaluation at `step` runs after the checkpoint, so the resumed run writes it).
+    // Keeps the training lines of steps <= step and the evaluation and sample lines of steps < step
+    // (those at `step` are taken after the checkpoint, so the resumed run writes them).
     static void keep_lines_before(const fs::path& path, int step) {
         std::ifstream in(path);
         std::string kept;
@@ -96,9 +106,38 @@ private:
 };
 
 std::unique_ptr<TrainBackend> make_backend(const TrainConfig& cfg, const TrainOptions& opt) {
-    if (opt.device == "cpu" || (opt.device == "auto" && cuda_device_count() == 0)) return make_cpu_backend(cfg);
-    if (opt.device == "auto" || opt.device == "cuda") return make_gpu_backend(cfg, GPUBackendOptions{opt.recompute == "gelu"});
-    throw Error("--device must be auto, cpu or cuda, got '" + opt.device + "'");
+    if (use_gpu(opt.device)) {
+        const GPUBackendOptions gpu{opt.recompute == "gelu"};
+        return use_coda(opt.fusion) ? make_coda_gpu_backend(cfg, gpu) : make_gpu_backend(cfg, gpu);
+    }
+    return make_cpu_backend(cfg);
+}
+
+// Weights for --init-from: any weights file, of exactly the config's model shape.
+ModelWeights load_init_weights(const std::string& path, const ModelConfig& mc) {
+    ModelWeights w = load_weights(path);
+    std::string diff;
+    auto compare = [&](const char* key, int file, int config) {
+        if (file != config)
+            diff += std::string(diff.empty() ? "" : ", ") + key + " " + std::to_string(file) + " (config " +
+                    std::to_string(config) + ")";
+    };
+    compare("n_layer", w.config.n_layer, mc.n_layer);
+    compare("n_head", w.config.n_head, mc.n_head);
+    compare("n_embd", w.config.n_embd, mc.n_embd);
+    compare("max_seq_len", w.config.max_seq_len, mc.max_seq_len);
+    compare("vocab_size", w.config.vocab_size, mc.vocab_size);
+    if (!diff.empty())
+        throw Error("--init-from " + path + ": the file's model does not match the config's: " + diff +
+                    "; set these config keys to the file's values");
+    return w;
+}
+
+// The ids as text, for samples when no tokenizer decodes them.
+std::string token_ids_text(const std::vector<int>& tokens) {
+    std::string s;
+    for (int t : tokens) s += (s.empty() ? "" : " ") + std::to_string(t);
+    return s;
 }
 
 // Mean loss over up to eval_batches batches of the validation data, from its beginning.
@@ -139,8 +178,22 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     const int B = cfg.batch_size, T = cfg.seq_len;
     const long tokens_per_step = (long)B * T * cfg.grad_accum;
     if (opt.stop_after < 0) throw Error("--stop-after must be >= 0, got " + std::to_string(opt.stop_after));
+    if (!opt.init_from.empty() && !opt.resume.empty())
+        throw Error("--init-from and --resume exclude each other: --resume continues a run, --init-from starts one "
+                    "from other weights");
 
-    // ---- the checkpoint to resume from, read and checked before anything is written
+    if (!opt.trace_kernels.empty() && !use_gpu(opt.device))
+        throw Error("--trace-kernels lists GPU kernels: it needs a GPU run (--device cuda or auto with a GPU)");
+    // ---- ranks: one process, or one of several started by the launcher, srun or mpirun. Every
+    // process joins the rendezvous, which also tells a launcher that start-up went well.
+    const DistContext dist = dist_context_from_env();
+    exchange_unique_id(dist, random_unique_id);  // the NCCL trainer: ncclGetUniqueId, then ncclCommInitRank
+    if (dist.world_size > 1)
+        throw Error("training on " + std::to_string(dist.world_size) +
+                    " ranks needs the NCCL data-parallel trainer, which is not built yet (issue 6)");
+
+    // ---- the checkpoint to resume from, or the weights to start from, read and checked before
+    // anything is written
     std::optional<Checkpoint> resume;
     std::string resume_path;
     if (!opt.resume.empty()) {
@@ -149,19 +202,53 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         check_resumable(*resume, cfg, resume_path);
     }
     const int first_step = resume ? resume->step : 0;
+    std::optional<ModelWeights> init;
+    if (!opt.init_from.empty()) init = load_init_weights(opt.init_from, mc);
 
     // ---- data: bad shards fail before any memory is taken
     DataLoader train_data(cfg.train_data, B, T, /*rank=*/0, /*world=*/1, cfg.shuffle, cfg.seed, mc.vocab_size);
     DataLoader val_data(cfg.val_data, B, T, 0, 1, /*shuffle=*/false, cfg.seed, mc.vocab_size);
     if (resume) train_data.set_state(resume->train_loader);
+    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
 
-    // ---- model and optimizer on the chosen device (weights, moments and step from the checkpoint)
+    // ---- samples: the text codec and the prompt's tokens, checked before anything is written
+    SampleText text;
+    std::vector<int> sample_prompt;
+    if (cfg.sample_every > 0) {
+        if (opt.sample_text) text = opt.sample_text();
+        if (cfg.sample_prompt.empty()) {
+            val_data.next_batch(inputs.data(), targets.data());
+            sample_prompt = {inputs[0]};
+            val_data.reset();
+        } else {
+            if (!text.encode)
+                throw Error("sample_prompt: this build has no tokenizer to encode it; leave it empty (samples then "
+                            "start from the first validation token)");
+            sample_prompt = text.encode(cfg.sample_prompt);
+        }
+        if ((int)sample_prompt.size() > mc.max_seq_len)
+            throw Error("sample_prompt: " + std::to_string(sample_prompt.size()) + " tokens, more than max_seq_len (" +
+                        std::to_string(mc.max_seq_len) + ")");
+        for (int t : sample_prompt)
+            if (t >= mc.vocab_size)
+                throw Error("sample_prompt: token id " + std::to_string(t) + " outside the vocabulary of " +
+                            std::to_string(mc.vocab_size));
+    }
+
+    // ---- model and optimizer on the chosen device (weights, moments and step from the checkpoint;
+    // weights only from --init-from)
     std::unique_ptr<TrainBackend> model = make_backend(cfg, opt);
     if (opt.wrap_backend) model = opt.wrap_backend(std::move(model));
     if (resume) {
         model->load_state(resume->state);
         resume->state = TrainState{};  // the host copy is no longer needed
     }
+    if (init) {
+        model->load_params(init->params);
+        init->params = std::vector<float>{};
+    }
+    // Allocated now, so that a GPU without room for the KV cache fails at start-up, not mid-run.
+    const std::unique_ptr<Decoder> sampler = cfg.sample_every > 0 ? model->make_decoder() : nullptr;
     const std::string gpu = model->device_memory_mib() >= 0 ? cuda_device_name() : "";
     // FLOPs per token of forward + backward: 6N for the weights, 6LCT for causal attention scores.
     const double flops_per_token = 6.0 * model->num_params() + 6.0 * mc.n_layer * mc.n_embd * T;
@@ -178,6 +265,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         std::printf("batch %d x %d x %d accum = %ld tokens/step | %zu train batches/epoch | %d steps | out %s\n", B, T,
                     cfg.grad_accum, tokens_per_step, train_data.windows_per_rank(), cfg.steps, cfg.out_dir.c_str());
         if (resume) std::printf("resumed from %s at step %d\n", resume_path.c_str(), first_step);
+        if (init) std::printf("initialized from %s (step 0, fresh optimizer)\n", opt.init_from.c_str());
     }
 
     // Output: a terminal gets one progress line rewritten in place (\r); logs get a line per
@@ -189,13 +277,24 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         live_shown = false;
     };
 
-    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     auto eval_and_log = [&](int step) {
         const double val_loss = evaluate(*model, val_data, cfg.eval_batches, inputs, targets);
         clear_live();
         std::printf("step %5d/%d | val loss %.4f\n", step, cfg.steps, val_loss);
         metrics.write({{"step", step}, {"val_loss", val_loss}});
         return val_loss;
+    };
+    // The same draws every time (Rng(seed), temperature 1, whole vocabulary): samples differ only
+    // through the weights, and the training's own randomness is untouched.
+    auto sample_and_log = [&](int step) {
+        const SampleOptions so{cfg.sample_tokens, /*temperature=*/1.0, /*top_k=*/0, cfg.seed};
+        const std::vector<int> tokens = generate(*sampler, sample_prompt, so);
+        const std::string sample = text.decode ? text.decode(tokens) : token_ids_text(tokens);
+        clear_live();
+        if (!opt.quiet)
+            std::printf("step %5d/%d | sample%s: %s%s\n", step, cfg.steps, text.decode ? "" : " (token ids)",
+                        cfg.sample_prompt.c_str(), sample.c_str());
+        metrics.write({{"step", step}, {"sample", sample}, {"sample_tokens", tokens}});
     };
 
     using clock = std::chrono::steady_clock;
@@ -220,17 +319,28 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     double avg_seconds = 0;  // for the live line
     for (int step = first_step; step < cfg.steps; step++) {
         if (cfg.eval_every > 0 && step % cfg.eval_every == 0) eval_and_log(step);
+        if (cfg.sample_every > 0 && step % cfg.sample_every == 0) sample_and_log(step);
 
+        // --trace-kernels: the second step of the run (the first sets up libraries and caches).
+        const bool trace = !opt.trace_kernels.empty() && step == std::min(cfg.steps - 1, first_step + 1);
+        std::vector<std::string> traced;
+        auto traced_run = [&](const std::function<void()>& f) {
+            if (!trace) return f();
+            for (std::string& k : trace_kernels(f)) traced.push_back(std::move(k));
+        };
         const auto t0 = clock::now();
         model->zero_grad();
         double loss = 0;
-        for (int micro = 0; micro < cfg.grad_accum; micro++) {
-            train_data.next_batch(inputs.data(), targets.data());
-            loss += model->forward_backward(inputs.data(), targets.data(), 1.0f / cfg.grad_accum);
-        }
+        traced_run([&] {
+            for (int micro = 0; micro < cfg.grad_accum; micro++) {
+                train_data.next_batch(inputs.data(), targets.data());
+                loss += model->forward_backward(inputs.data(), targets.data(), 1.0f / cfg.grad_accum);
+            }
+        });
         loss /= cfg.grad_accum;
         const double lr = lr_at(cfg, step);
-        const double norm = model->grad_norm();  // synchronizes
+        double norm = 0;
+        traced_run([&] { norm = model->grad_norm(); });  // synchronizes
         // Guard: a non-finite loss or norm would poison the weights and AdamW moments for good, so
         // the step is skipped (data and schedule move on); a run that keeps producing them stops.
         const char* bad = !std::isfinite(loss) ? "non-finite loss" : !std::isfinite(norm) ? "non-finite grad norm" : nullptr;
@@ -249,7 +359,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
                             "earlier checkpoint");
         } else {
             bad_in_a_row = 0;
-            model->apply_update(lr, norm, cfg);  // synchronizes: the step's time is complete
+            traced_run([&] { model->apply_update(lr, norm, cfg); });  // synchronizes: the step's time is complete
             const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
             train_seconds += seconds;
             step_ms.push_back(seconds * 1e3);
@@ -277,6 +387,13 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             }
         }
 
+        if (trace) {
+            std::string lines;
+            for (const std::string& k : traced) lines += k + "\n";
+            write_file_atomic(opt.trace_kernels, lines);
+            std::printf("kernels of step %d (%zu launches) written to %s\n", step + 1, traced.size(),
+                        opt.trace_kernels.c_str());
+        }
         const int done = step + 1;
         const int stop_signal = signals.received();
         const bool stop = stop_signal != 0 || (done == opt.stop_after && done < cfg.steps);
@@ -290,6 +407,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     }
     const int steps_run = (int)step_ms.size();
     const double val_loss = eval_and_log(cfg.steps);
+    if (cfg.sample_every > 0) sample_and_log(cfg.steps);
     std::printf("done: %d steps in %.1f s | final train loss %.4f | val loss %.4f | %.0f tok/s", steps_run,
                 train_seconds, last_loss, val_loss, steps_run > 0 ? tokens_per_step * steps_run / train_seconds : 0.0);
     if (memory_mib >= 0) std::printf(" | device memory %.0f MiB", memory_mib);
@@ -304,7 +422,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
                               {"system", "codagpt"},
                               {"gpu", gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpu)},
                               {"backend", gpu.empty() ? "cpu" : "cuda"},
-                              {"fusion", gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json("unfused")},
+                              {"fusion", gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json(use_coda(opt.fusion) ? "coda" : "unfused")},
                               {"recompute", opt.recompute},
                               {"model", cfg.name},
                               {"batch", B},

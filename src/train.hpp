@@ -3,19 +3,35 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 #include "config.hpp"
 
 namespace codagpt {
 
 class TrainBackend;
 
+// Text for the samples taken during training (sample_every).
+struct SampleText {
+    std::function<std::vector<int>(const std::string&)> encode;
+    std::function<std::string(const std::vector<int>&)> decode;
+};
+
 struct TrainOptions {
     std::string device = "auto";  // auto | cpu | cuda
     std::string recompute = "none";  // none | gelu: recompute GELU outputs in backward (GPU memory)
+    std::string fusion = "auto";     // GPU path: coda, unfused, or auto (coda on sm_80+ GPUs)
+    std::string trace_kernels;       // write the kernels of one training step to this file; empty: none
     bool quiet = false;           // only the summary lines (metrics still go to the JSONL file)
     std::string bench_json;       // append a benchmark record (bench/results format) to this file
     std::string command;          // the command line, for that record
     std::string resume;           // checkpoint to continue from: a path, or "latest" in out_dir; empty: start fresh
+    // Weights to start from instead of the seed's initialization (fine-tuning: step 0, zero AdamW
+    // moments): a codagpt checkpoint, .safetensors or llm.c model .bin of the config's model shape.
+    // Excludes `resume`, which continues a run.
+    std::string init_from;
+    // Called once at start-up when cfg.sample_every > 0 (main loads the GPT-2 tokenizer); empty: the
+    // samples show token ids, and a non-empty sample_prompt is refused.
+    std::function<SampleText()> sample_text;
     int stop_after = 0;           // stop after this step as on SIGINT (checkpoint, exit 0); 0: never
     // When stdout is a terminal (or with `live`) one progress line is rewritten in place every step
     // instead of a line per log_every steps; quiet wins over both.
@@ -32,6 +48,9 @@ struct TrainOptions {
 // recorded as {"step", "skipped"} in metrics.jsonl); cfg.max_bad_steps of them in a row throw Error.
 // With opt.resume the run continues from a checkpoint exactly as it would have gone on without the
 // interruption (same losses, same weights), appending to the run's metrics.jsonl.
+// With cfg.sample_every a sample of the model's text is printed and written to metrics.jsonl as
+// {"step", "sample", "sample_tokens"} at steps 0, sample_every, ... and after the last; it draws
+// from its own generator, so the losses are those of the same run without samples.
 int run_train(const TrainConfig& cfg, const TrainOptions& opt);
 
 }  // namespace codagpt

@@ -3,12 +3,16 @@
 # Usage: cli_errors.sh path/to/codagpt
 set -u
 bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 fails=0
+total=0
 expect_error() {  # expect_error "what the message must contain" args...
   local want=$1; shift
   local out rc
   out=$("$bin" "$@" 2>&1); rc=$?
   local lines; lines=$(printf '%s\n' "$out" | grep -c .)
+  total=$((total + 1))
   if [[ $rc -eq 0 || "$out" != *"$want"* || $lines -ne 1 ]]; then
     echo "FAIL: codagpt $* -> exit $rc, $lines line(s): $out (wanted one line containing '$want')"
     fails=$((fails + 1))
@@ -16,6 +20,19 @@ expect_error() {  # expect_error "what the message must contain" args...
     echo "ok: codagpt $* -> $out"
   fi
 }
+le32() {  # an int32, little-endian
+  local v=$1
+  printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $((v & 255)) $((v >> 8 & 255)) $((v >> 16 & 255)) $((v >> 24 & 255)))"
+}
+# An llm.c model .bin (fp32 zeros) shaped like gpt2-tiny but 32 wide: the wrong shape for --init-from.
+narrow=$tmp/narrow.bin
+{
+  for v in 20240326 3 64 50257 2 4 32 50304; do le32 $v; done
+  head -c $((248 * 4)) /dev/zero
+  # wte [50304, 32], wpe [64, 32], 2 blocks of 12 C^2 + 13 C, lnf 2 C
+  head -c $(((50304 * 32 + 64 * 32 + 2 * (12 * 32 * 32 + 13 * 32) + 2 * 32) * 4)) /dev/zero
+} > "$narrow"
+
 expect_error "no_such_config" train --config no_such_config
 expect_error "n_head" train --n_head 3
 expect_error "n_layer" train --n_layer two
@@ -25,5 +42,12 @@ expect_error "seq_len" train --seq_len 100000
 expect_error "--input" prepare --out /tmp/x
 expect_error "cannot open checkpoint /nonexistent/ckpt_5.bin" train --device cpu --resume /nonexistent/ckpt_5.bin
 expect_error "not a codagpt checkpoint (bad magic)" train --device cpu --resume configs/gpt2-tiny.json
-echo "$((9 - fails)) passed, $fails failed"
+expect_error "sample_every: must be >= 0" train --sample_every -1
+expect_error "sample_every: expected an integer" train --sample_every often
+expect_error "sample_tokens: must be >= 1" train --sample_tokens 0
+expect_error "cannot open weights file /nonexistent/w.safetensors" train --device cpu --init-from /nonexistent/w.safetensors
+expect_error "configs/gpt2-tiny.json: not a weights file" train --device cpu --init-from configs/gpt2-tiny.json
+expect_error "n_embd 32 (config 64)" train --device cpu --init-from "$narrow"
+expect_error "excludes" train --device cpu --init-from "$narrow" --resume latest
+echo "$((total - fails)) passed, $fails failed"
 [[ $fails -eq 0 ]]

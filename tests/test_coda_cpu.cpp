@@ -24,10 +24,12 @@
 
 #include "model_coda_cpu.hpp"
 #include "model_cpu.hpp"
+#include "model_test_util.hpp"
 #include "ops_cpu.hpp"
 #include "rng.hpp"
 
 using namespace codagpt;
+using codagpt::test::random_tokens;
 
 namespace {
 
@@ -35,28 +37,6 @@ constexpr int kB = 2, kT = 64, kMicroBatches = 2;
 constexpr double kLossBound = 1e-5, kLogitsBound = 1e-5, kGradBound = 1e-4;
 
 ModelConfig gpt2_tiny() { return ModelConfig{}; }  // the defaults are gpt2-tiny (configs/gpt2-tiny.json)
-
-// GPT-2 init, then non-trivial LayerNorm and bias parameters and a shifted wpe (see top).
-std::vector<float> test_params(const ModelConfig& m) {
-    std::vector<float> params = gpt2_init_params(m, 11);
-    GPT2Params<float> pv = param_views(params.data(), m);
-    Rng rng(12);
-    for_each_param(pv, m, [&](const char*, float* ptr, size_t size, bool, Init init) {
-        if (init == Init::ones)  // LayerNorm gammas
-            for (size_t i = 0; i < size; i++) ptr[i] = (float)(1 + 0.1 * rng.normal());
-        if (init == Init::zeros)  // LayerNorm betas, biases
-            for (size_t i = 0; i < size; i++) ptr[i] = (float)(0.1 * rng.normal());
-    });
-    for (size_t i = 0; i < (size_t)m.max_seq_len * m.n_embd; i++) pv.wpe[i] += 0.7f;
-    return params;
-}
-
-std::vector<int> random_tokens(size_t n, int vocab, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<int> t(n);
-    for (int& x : t) x = (int)rng.below(vocab);
-    return t;
-}
 
 // What one training step computes: the loss and logits of each micro-batch, the accumulated gradients.
 struct StepResult {
@@ -84,7 +64,7 @@ StepResult run_step(Model& model, const ModelConfig& m) {
 template <class F>
 StepResult reference_step() {
     const ModelConfig m = gpt2_tiny();
-    const std::vector<float> params = test_params(m);
+    const std::vector<float> params = test::nonzero_mean_params(m);
     GPT2CPU<F> model(m);
     std::copy(params.begin(), params.end(), model.params.begin());
     return run_step(model, m);
@@ -101,7 +81,7 @@ const StepResult& fp32_reference() {
 StepResult coda_step(const coda::TileShape& shape) {
     const ModelConfig m = gpt2_tiny();
     GPT2CodaCPU model(m, shape);
-    model.set_params(test_params(m));
+    model.set_params(test::nonzero_mean_params(m));
     return run_step(model, m);
 }
 
@@ -147,7 +127,7 @@ const coda::TileShape kDefaultTiles{}, kOddTiles{48, 80, {8, 1}, {4, 4}};
 // The premise of the test: the embedding output (layer 0's residual) has |mean| >> std per row.
 TEST(CodaCPU, ResidualStreamHasNonZeroMean) {
     const ModelConfig m = gpt2_tiny();
-    std::vector<float> params = test_params(m);
+    std::vector<float> params = test::nonzero_mean_params(m);
     const GPT2Params<float> pv = param_views(params.data(), m);
     const std::vector<int> inputs = random_tokens(kB * kT, m.vocab_size, 100);
     std::vector<float> x((size_t)kB * kT * m.n_embd);

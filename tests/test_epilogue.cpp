@@ -1,11 +1,7 @@
 // The CODA epilogue primitives and the GPT-2 epilogue programs, run by the CPU emulator, against
-// fp64 math written plainly here (textbook LayerNorm, GEMM, GELU, backprop, as in
-// ../shared/design/coda_gpt2_check.py).
-//
-// Bounds. fp32 arithmetic against fp64 on the same inputs: error <= 1e-5 of the largest reference
-// magnitude (for sums: of the sum of the magnitudes of the summands, which is what fp32
-// accumulation error scales with). bf16 outputs: within one bf16 rounding, |out - ref| <= 2^-8 |ref|,
-// plus the fp32 slack above. Each check prints its error next to its bound.
+// fp64 math written plainly (textbook LayerNorm, GEMM, GELU, backprop, as in
+// ../shared/design/coda_gpt2_check.py). The per-program checks and their bounds are in
+// coda_checks.hpp, shared with the GPU engine's tests.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,97 +12,14 @@
 #include <utility>
 #include <vector>
 
-#include "coda_programs.cuh"
-#include "gemm_emulator.hpp"
-#include "rng.hpp"
+#include "coda_checks.hpp"
 
 using namespace codagpt;
 using namespace codagpt::coda;
+using namespace codagpt::coda::check;
 
 namespace {
 
-constexpr double kFp32Bound = 1e-5;
-const double kBf16Rounding = std::ldexp(1.0, -8);
-
-using Vec = std::vector<double>;
-
-// ---------------------------------------------------------------- data
-
-// n values offset + scale * N(0, 1), rounded to Act (what the kernels would read).
-template <class Act>
-std::vector<Act> random_act(Rng& rng, size_t n, double scale = 1.0, double offset = 0.0) {
-    std::vector<Act> v(n);
-    for (Act& x : v) x = round_to<Act>((float)(offset + scale * rng.normal()));
-    return v;
-}
-std::vector<float> random_floats(Rng& rng, size_t n, double scale = 1.0, double offset = 0.0) {
-    return random_act<float>(rng, n, scale, offset);
-}
-template <class T>
-Vec to_double(const std::vector<T>& v) {
-    Vec d(v.size());
-    for (size_t i = 0; i < v.size(); i++) d[i] = to_float(v[i]);
-    return d;
-}
-template <class Act>
-std::vector<Act> to_act(const Vec& v) {
-    std::vector<Act> o(v.size());
-    for (size_t i = 0; i < v.size(); i++) o[i] = round_to<Act>((float)v[i]);
-    return o;
-}
-std::vector<float> to_floats(const Vec& v) { return to_act<float>(v); }
-template <class T>
-std::vector<T> nan_filled(size_t n) {
-    return std::vector<T>(n, round_to<T>(NAN));
-}
-
-// ---------------------------------------------------------------- fp64 math
-
-// C[M, N] = A[M, K] B[K, N]; at/bt: the operand is given as its transpose.
-Vec matmul(const Vec& a, const Vec& b, int M, int K, int N, bool at = false, bool bt = false) {
-    Vec c((size_t)M * N, 0.0);
-    for (int i = 0; i < M; i++)
-        for (int k = 0; k < K; k++) {
-            const double aik = at ? a[(size_t)k * M + i] : a[(size_t)i * K + k];
-            for (int j = 0; j < N; j++) c[(size_t)i * N + j] += aik * (bt ? b[(size_t)j * K + k] : b[(size_t)k * N + j]);
-        }
-    return c;
-}
-Vec transpose(const Vec& a, int rows, int cols) {
-    Vec t(a.size());
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) t[(size_t)j * rows + i] = a[(size_t)i * cols + j];
-    return t;
-}
-
-double gelu64(double u) { return 0.5 * u * (1 + std::tanh(std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u))); }
-double dgelu64(double u) {
-    const double a = std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u), t = std::tanh(a);
-    return 0.5 * (1 + t) + 0.5 * u * (1 - t * t) * std::sqrt(2 / M_PI) * (1 + 3 * 0.044715 * u * u);
-}
-
-struct Stats {
-    Vec mu, rstd;
-};
-Stats ln_stats(const Vec& x, int M, int C) {
-    Stats s{Vec(M), Vec(M)};
-    for (int i = 0; i < M; i++) {
-        double mean = 0, var = 0;
-        for (int k = 0; k < C; k++) mean += x[(size_t)i * C + k];
-        mean /= C;
-        for (int k = 0; k < C; k++) var += (x[(size_t)i * C + k] - mean) * (x[(size_t)i * C + k] - mean);
-        s.mu[i] = mean;
-        s.rstd[i] = 1 / std::sqrt(var / C + 1e-5);
-    }
-    return s;
-}
-Vec layernorm(const Vec& x, const Stats& s, const Vec& gamma, const Vec& beta, int M, int C) {
-    Vec a(x.size());
-    for (int i = 0; i < M; i++)
-        for (int k = 0; k < C; k++)
-            a[(size_t)i * C + k] = (x[(size_t)i * C + k] - s.mu[i]) * s.rstd[i] * gamma[k] + beta[k];
-    return a;
-}
 // Textbook LayerNorm backward: dx, dgamma, dbeta from da = dLoss/dLN(x).
 struct LnGrads {
     Vec dx, dgamma, dbeta;
@@ -132,42 +45,6 @@ LnGrads ln_backward(const Vec& da, const Vec& x, const Stats& s, const Vec& gamm
 
 // ---------------------------------------------------------------- checks
 
-double max_abs(const Vec& v) {
-    double m = 0;
-    for (double x : v) m = std::max(m, std::fabs(x));
-    return m;
-}
-void report(const std::string& what, double err, double bound) {
-    std::printf("    %-42s error %.2e  bound %.0e\n", what.c_str(), err, bound);
-    EXPECT_LE(err, bound) << what;  // NaN fails too
-}
-// max |out - ref| / max |ref|
-void expect_fp32(const std::string& what, const Vec& out, const Vec& ref, double bound = kFp32Bound) {
-    ASSERT_EQ(out.size(), ref.size());
-    double err = 0;
-    for (size_t i = 0; i < ref.size(); i++) err = std::max(err, std::fabs(out[i] - ref[i]));
-    report(what, err / std::max(max_abs(ref), 1e-30), bound);
-}
-// max |out - ref| / sum |summands|, per entry: sums whose terms cancel.
-void expect_sum(const std::string& what, const Vec& out, const Vec& ref, const Vec& magnitude) {
-    ASSERT_EQ(out.size(), ref.size());
-    double err = 0;
-    for (size_t i = 0; i < ref.size(); i++) err = std::max(err, std::fabs(out[i] - ref[i]) / std::max(magnitude[i], 1e-30));
-    report(what, err, kFp32Bound);
-}
-// Within one bf16 rounding plus fp32 slack: reports the worst ratio to that allowance (bound 1).
-template <class T>
-void expect_rounded(const std::string& what, const std::vector<T>& out, const Vec& ref) {
-    ASSERT_EQ(out.size(), ref.size());
-    const double slack = kFp32Bound * max_abs(ref);
-    double worst = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        const double err = std::fabs(to_float(out[i]) - ref[i]);
-        worst = std::max(worst, err / (kBf16Rounding * std::fabs(ref[i]) + slack));
-        if (!std::isfinite(to_float(out[i]))) worst = INFINITY;
-    }
-    report(what + " (x one bf16 rounding)", worst, 1.0);
-}
 // ||out - ref|| / ||ref||, for the chained layer.
 void expect_norm(const std::string& what, const Vec& out, const Vec& ref, double bound) {
     ASSERT_EQ(out.size(), ref.size());
@@ -177,19 +54,6 @@ void expect_norm(const std::string& what, const Vec& out, const Vec& ref, double
         den += ref[i] * ref[i];
     }
     report(what, std::sqrt(num / den), bound);
-}
-
-// ---------------------------------------------------------------- partials
-
-Vec row_sums(const std::vector<float>& partials, int M, int tiles_n, double scale = 1.0) {
-    Vec s(M);
-    for (int i = 0; i < M; i++) s[i] = finalize_row_sum(partials.data(), i, tiles_n, (float)scale);
-    return s;
-}
-Vec col_sums(const std::vector<float>& partials, int N, int tiles_m) {
-    Vec s(N);
-    for (int j = 0; j < N; j++) s[j] = finalize_col_sum(partials.data(), j, tiles_m, N);
-    return s;
 }
 
 // A plain GEMM through the emulator (attention stand-in, dY, dW_p, dW_o in the chained layer).
@@ -402,317 +266,36 @@ TEST(Primitives, EachThroughTheEmulator) {
 }
 
 // ---------------------------------------------------------------- the programs, one GEMM each
+// The checks live in coda_checks.hpp, shared with the GPU engine's tests.
 
-struct Case {
-    int M, K, N;
-    TileShape shape;
-};
 std::string case_name(const testing::TestParamInfo<Case>& info) {
     const Case& c = info.param;
     return "M" + std::to_string(c.M) + "K" + std::to_string(c.K) + "N" + std::to_string(c.N) + "tile" +
            std::to_string(c.shape.bm) + "x" + std::to_string(c.shape.bn);
 }
 
-// A GEMM z = LN(x) W + b with LayerNorm folded (CODA_GPT2.md): W~ = diag(gamma) W, c = column sums
-// of W~, b~ = beta W + b. gamma are powers of two so that the bf16 W~ is exactly gamma W and the
-// textbook reference sees the very weights the GEMM uses.
-struct FoldedLinear {
-    int K, N;
-    Vec gamma, beta, w, b;             // textbook parameters (w: bf16 values)
-    std::vector<bf16> w_folded;        // [K, N], the B operand
-    std::vector<float> c, b_folded;    // [N]
-    FoldedLinear(Rng& rng, int K_, int N_) : K(K_), N(N_), gamma(K), beta(K), b(N) {
-        for (double& g : gamma) g = std::ldexp(rng.uniform() < 0.5 ? -1.0 : 1.0, (int)rng.below(3) - 1);
-        for (double& x : beta) x = 0.1 * rng.normal();
-        for (double& x : b) x = 0.1 * rng.normal();
-        w = to_double(random_act<bf16>(rng, (size_t)K * N, 1 / std::sqrt(K)));
-        Vec wf(w.size()), cv(N, 0.0), bt(b);
-        for (int k = 0; k < K; k++)
-            for (int j = 0; j < N; j++) {
-                wf[(size_t)k * N + j] = gamma[k] * w[(size_t)k * N + j];
-                cv[j] += wf[(size_t)k * N + j];
-                bt[j] += beta[k] * w[(size_t)k * N + j];
-            }
-        w_folded = to_act<bf16>(wf), c = to_floats(cv), b_folded = to_floats(bt);
-    }
-};
-// The residual stream: non-zero mean (as in the spec: randn + 0.7), and its statistics as fp32.
-struct Residual {
-    std::vector<bf16> x;
-    std::vector<float> mu, rstd;
-    Stats stats;  // of the fp32 mu, rstd: the values the kernels see
-    Residual(Rng& rng, int M, int K) : x(random_act<bf16>(rng, (size_t)M * K, 1.0, 0.7)) {
-        const Stats s = ln_stats(to_double(x), M, K);
-        mu = to_floats(s.mu), rstd = to_floats(s.rstd);
-        stats = {to_double(mu), to_double(rstd)};
-    }
+class Programs : public testing::TestWithParam<Case> {
+  protected:
+    EmulatorRunner run{GetParam().shape};
 };
 
-class Programs : public testing::TestWithParam<Case> {};
-
-TEST_P(Programs, QkvForward) {
-    const auto [M, K, N, shape] = GetParam();
-    Rng rng(10);
-    const Residual x(rng, M, K);
-    const FoldedLinear lin(rng, K, N);
-    std::vector<bf16> z = nan_filled<bf16>((size_t)M * N);
-    QkvForward<> p;
-    p.ln = {{x.mu.data()}, {x.rstd.data()}, {lin.c.data()}, {lin.b_folded.data()}};
-    p.z = {z.data(), {N}};
-    emulate_gemm(p, M, N, K, Operand<bf16>{x.x.data(), {K}}, Operand<bf16>{lin.w_folded.data(), {N}}, shape);
-
-    // textbook: z = LayerNorm(x) W + b
-    Vec ref = matmul(layernorm(to_double(x.x), x.stats, lin.gamma, lin.beta, M, K), lin.w, M, K, N);
-    for (size_t e = 0; e < ref.size(); e++) ref[e] += lin.b[e % N];
-    expect_rounded("z = LN(x) W + b", z, ref);
-}
-
-TEST_P(Programs, FcForward) {
-    const auto [M, K, N, shape] = GetParam();
-    Rng rng(11);
-    const Residual x(rng, M, K);
-    const FoldedLinear lin(rng, K, N);
-    std::vector<bf16> f = nan_filled<bf16>((size_t)M * N), g = f;
-    FcForward<> p;
-    p.ln = {{x.mu.data()}, {x.rstd.data()}, {lin.c.data()}, {lin.b_folded.data()}};
-    p.f = {f.data(), {N}}, p.g = {g.data(), {N}};
-    emulate_gemm(p, M, N, K, Operand<bf16>{x.x.data(), {K}}, Operand<bf16>{lin.w_folded.data(), {N}}, shape);
-
-    Vec ref = matmul(layernorm(to_double(x.x), x.stats, lin.gamma, lin.beta, M, K), lin.w, M, K, N);
-    for (size_t e = 0; e < ref.size(); e++) ref[e] += lin.b[e % N];
-    Vec g_ref = to_double(f);  // g = gelu of the stored f
-    for (double& v : g_ref) v = gelu64(v);
-    expect_rounded("f = LN(x) W + b", f, ref);
-    expect_rounded("g = gelu(f)", g, g_ref);
-}
-
-TEST_P(Programs, ResidualForwardAndRowStats) {
-    const auto [M, K, N, shape] = GetParam();
-    const int tiles_n = n_tiles(N, shape.bn);
-    Rng rng(12);
-    const std::vector<bf16> y = random_act<bf16>(rng, (size_t)M * K), w = random_act<bf16>(rng, (size_t)K * N, 1 / std::sqrt(K));
-    const std::vector<bf16> residual = random_act<bf16>(rng, (size_t)M * N, 1.0, 0.7);
-    const std::vector<float> bias = random_floats(rng, N, 0.1);
-    std::vector<bf16> x_out = nan_filled<bf16>((size_t)M * N);
-    std::vector<float> partials((size_t)M * tiles_n * Welford::kWords);
-    ResidualForward<> p;
-    p.bias = {bias.data()};
-    p.residual = {residual.data(), {N}};
-    p.x_out = {x_out.data(), {N}};
-    p.row_stats = {partials.data()};
-    emulate_gemm(p, M, N, K, Operand<bf16>{y.data(), {K}}, Operand<bf16>{w.data(), {N}}, shape);
-
-    Vec ref = matmul(to_double(y), to_double(w), M, K, N);
-    const Vec res = to_double(residual);
-    for (size_t e = 0; e < ref.size(); e++) ref[e] += bias[e % N] + res[e];
-    expect_rounded("x' = y W + b + x", x_out, ref);
-
-    // The statistics are those of the stored bf16 x'.
-    const Stats s = ln_stats(to_double(x_out), M, N);
-    Vec mu(M), rstd(M), sd(M);
-    for (int i = 0; i < M; i++) {
-        const RowStats rs = finalize_row_stats(partials.data(), i, tiles_n);
-        mu[i] = rs.mu, rstd[i] = rs.rstd;
-    }
-    Vec mu_err(M), zero(M, 0.0), scale(M);
-    for (int i = 0; i < M; i++) mu_err[i] = mu[i] - s.mu[i], scale[i] = std::fabs(s.mu[i]) + 1 / s.rstd[i];
-    expect_sum("mean of x' (relative to |mean| + std)", mu_err, zero, scale);
-    expect_fp32("rstd of x'", rstd, s.rstd);
-}
-
-TEST_P(Programs, LmHeadForwardAndLoss) {
-    const auto [M, K, N, shape] = GetParam();
-    const int tiles_n = n_tiles(N, shape.bn), vocab = N - 5;  // the last 5 columns are padding
-    Rng rng(13);
-    const Residual x(rng, M, K);
-    FoldedLinear lin(rng, K, N);
-    std::vector<int> target(M);
-    for (int& t : target) t = (int)rng.below(vocab);
-    std::vector<bf16> logits = nan_filled<bf16>((size_t)M * N);
-    std::vector<float> partials((size_t)M * tiles_n * MaxSumExp::kWords), target_logit(M, NAN);
-    LmHeadForward<> p;
-    p.ln = {{x.mu.data()}, {x.rstd.data()}, {lin.c.data()}, {lin.b_folded.data()}};
-    p.logits = {logits.data(), {N}};
-    p.vocab = vocab;
-    p.lse_partials = {partials.data()};
-    p.target_logit = {target.data(), target_logit.data()};
-    emulate_gemm(p, M, N, K, Operand<bf16>{x.x.data(), {K}}, Operand<bf16>{lin.w_folded.data(), {N}}, shape);
-
-    Vec ref = matmul(layernorm(to_double(x.x), x.stats, lin.gamma, lin.beta, M, K), lin.w, M, K, N);
-    for (size_t e = 0; e < ref.size(); e++) ref[e] += lin.b[e % N];
-    expect_rounded("logits = LN(x) W + b", logits, ref);
-
-    // Loss from the stored logits, over the real vocabulary only.
-    const Vec z = to_double(logits);
-    Vec loss(M), loss_ref(M), picked(M), picked_ref(M);
-    for (int i = 0; i < M; i++) {
-        double mx = -INFINITY, se = 0;
-        for (int j = 0; j < vocab; j++) mx = std::max(mx, z[(size_t)i * N + j]);
-        for (int j = 0; j < vocab; j++) se += std::exp(z[(size_t)i * N + j] - mx);
-        picked_ref[i] = z[(size_t)i * N + target[i]], picked[i] = target_logit[i];
-        loss_ref[i] = mx + std::log(se) - picked_ref[i];
-        loss[i] = finalize_loss(partials.data(), i, tiles_n, target_logit[i]).loss;
-    }
-    expect_fp32("target logits", picked, picked_ref, 0.0);
-    expect_fp32("loss = lse - z_target", loss, loss_ref);
-}
-
-// The dz-producer outputs, against the definitions of CODA_GPT2.md (K: the width of the folded
-// LayerNorm). dz, z: fp64 values of the gradient and the stored pre-activation.
-void check_fold_gradient(const std::string& who, const Vec& dz, const Vec& z, const std::vector<bf16>& dz_hat,
-                         const std::vector<float>& m1p, const std::vector<float>& m2p, const std::vector<float>& dbp,
-                         const std::vector<float>& vp, const Residual& x, const FoldedLinear& lin, int M, int N,
-                         const TileShape& shape) {
-    const int K = lin.K, tiles_m = n_tiles(M, shape.bm), tiles_n = n_tiles(N, shape.bn);
-    const Vec dzh = to_double(dz_hat);
-    Vec dzh_ref(dz.size()), m1(M, 0.0), m2(M, 0.0), m1_mag(M, 0.0), m2_mag(M, 0.0), db(N, 0.0), v(N, 0.0),
-        db_mag(N, 0.0), v_mag(N, 0.0);
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            const size_t ij = (size_t)i * N + j;
-            dzh_ref[ij] = x.stats.rstd[i] * dz[ij];
-            m1[i] += dz[ij] * lin.c[j] / K, m1_mag[i] += std::fabs(dz[ij] * lin.c[j]) / K;
-            m2[i] += dz[ij] * (z[ij] - lin.b_folded[j]) / K, m2_mag[i] += std::fabs(dz[ij] * (z[ij] - lin.b_folded[j])) / K;
-            db[j] += dz[ij], db_mag[j] += std::fabs(dz[ij]);
-            v[j] += x.stats.mu[i] * dzh[ij], v_mag[j] += std::fabs(x.stats.mu[i] * dzh[ij]);
-        }
-    expect_rounded(who + ": dz^ = r dz", dz_hat, dzh_ref);
-    expect_sum(who + ": m1 = mean_j dz c", row_sums(m1p, M, tiles_n, 1.0 / K), m1, m1_mag);
-    expect_sum(who + ": m2 = mean_j dz (z - b~)", row_sums(m2p, M, tiles_n, 1.0 / K), m2, m2_mag);
-    expect_sum(who + ": db = sum_i dz", col_sums(dbp, N, tiles_m), db, db_mag);
-    expect_sum(who + ": v = sum_i mu dz^", col_sums(vp, N, tiles_m), v, v_mag);
-}
-
-struct FoldGradientBuffers {
-    std::vector<bf16> dz_hat;
-    std::vector<float> m1, m2, db, v;
-    FoldGradientBuffers(int M, int N, const TileShape& s)
-        : dz_hat(nan_filled<bf16>((size_t)M * N)), m1((size_t)M * n_tiles(N, s.bn)), m2(m1.size()),
-          db((size_t)n_tiles(M, s.bm) * N), v(db.size()) {}
-    FoldGradient<> program(const Residual& x, const FoldedLinear& lin, int N) {
-        FoldGradient<> f;
-        f.mu = {x.mu.data()}, f.rstd = {x.rstd.data()}, f.c = {lin.c.data()}, f.b_folded = {lin.b_folded.data()};
-        f.dz_hat = {dz_hat.data(), {N}};
-        f.m1 = {m1.data()}, f.m2 = {m2.data()}, f.db = {db.data()}, f.v = {v.data()};
-        return f;
-    }
-};
-
-// dG GEMM: A = dres [M, K], B = Wp^T (Wp is [N, K], in x out); the fc fold has width K.
-TEST_P(Programs, GeluBackward) {
-    const auto [M, K, N, shape] = GetParam();
-    Rng rng(14);
-    const Residual x(rng, M, K);  // x' and its statistics, for the fc fold
-    const FoldedLinear fc(rng, K, N);
-    const std::vector<bf16> dres = random_act<bf16>(rng, (size_t)M * K), wp = random_act<bf16>(rng, (size_t)N * K, 1 / std::sqrt(N));
-    const std::vector<bf16> f = random_act<bf16>(rng, (size_t)M * N, 1.5);
-    std::vector<bf16> g = nan_filled<bf16>((size_t)M * N);
-    FoldGradientBuffers out(M, N, shape);
-    GeluBackward<> p;
-    p.f = {f.data(), {N}};
-    p.g = {g.data(), {N}};
-    p.fold = out.program(x, fc, N);
-    emulate_gemm(p, M, N, K, Operand<bf16>{dres.data(), {K}}, Operand<bf16>{wp.data(), {K, true}}, shape);
-
-    const Vec f64 = to_double(f);
-    Vec df = matmul(to_double(dres), to_double(wp), M, K, N, false, true), g_ref(f64.size());
-    for (size_t e = 0; e < df.size(); e++) df[e] *= dgelu64(f64[e]), g_ref[e] = gelu64(f64[e]);
-    expect_rounded("g = gelu(f)", g, g_ref);
-    check_fold_gradient("df = (dres Wp^T) gelu'(f)", df, f64, out.dz_hat, out.m1, out.m2, out.db, out.v, x, fc, M, N, shape);
-}
-
-TEST_P(Programs, QkvGradient) {
-    const auto [M, K, N, shape] = GetParam();
-    Rng rng(15);
-    const Residual x(rng, M, K);
-    const FoldedLinear qkv_lin(rng, K, N);
-    const std::vector<bf16> dqkv = random_act<bf16>(rng, (size_t)M * N), qkv = random_act<bf16>(rng, (size_t)M * N);
-    FoldGradientBuffers out(M, N, shape);
-    QkvGradient<> p;
-    p.dqkv = {dqkv.data(), {N}}, p.qkv = {qkv.data(), {N}};
-    p.fold = out.program(x, qkv_lin, N);
-    emulate_pass(p, M, N, shape);
-    check_fold_gradient("dqkv pass", to_double(dqkv), to_double(qkv), out.dz_hat, out.m1, out.m2, out.db, out.v, x, qkv_lin,
-                        M, N, shape);
-}
-
-// dX GEMM: A = dz^ [M, N], B = W~^T (W~ is [K, N]); output [M, K].
-TEST_P(Programs, LnBackwardX) {
-    const auto [M, K, N, shape] = GetParam();
-    const int tiles_m = n_tiles(M, shape.bm);
-    Rng rng(16);
-    const Residual x(rng, M, K);
-    const FoldedLinear lin(rng, K, N);
-    const std::vector<bf16> dz_hat = random_act<bf16>(rng, (size_t)M * N), dres = random_act<bf16>(rng, (size_t)M * K);
-    const std::vector<float> m1 = random_floats(rng, M, 0.1), m2 = random_floats(rng, M, 0.1);
-    for (const bool pass_through : {true, false}) {
-        std::vector<bf16> dx = nan_filled<bf16>((size_t)M * K);
-        std::vector<float> bias_grad((size_t)tiles_m * K);
-        LnBackwardX<> p;
-        p.mu = {x.mu.data()}, p.rstd = {x.rstd.data()}, p.m1 = {m1.data()}, p.m2 = {m2.data()};
-        p.x = {x.x.data(), {K}};
-        if (pass_through) p.dres = {dres.data(), {K}};
-        p.dx_out = {dx.data(), {K}};
-        p.bias_grad = {bias_grad.data()};
-        emulate_gemm(p, M, K, N, Operand<bf16>{dz_hat.data(), {N}}, Operand<bf16>{lin.w_folded.data(), {N, true}}, shape);
-
-        const Vec acc = matmul(to_double(dz_hat), to_double(lin.w_folded), M, N, K, false, true), xv = to_double(x.x),
-                  dr = to_double(dres);
-        Vec ref(acc.size()), db(K, 0.0), db_mag(K, 0.0);
-        for (int i = 0; i < M; i++)
-            for (int k = 0; k < K; k++) {
-                const size_t ik = (size_t)i * K + k;
-                const double r = x.stats.rstd[i], xhat = (xv[ik] - x.stats.mu[i]) * r;
-                ref[ik] = acc[ik] - r * m1[i] - r * xhat * m2[i] + (pass_through ? dr[ik] : 0.0);
-                db[k] += ref[ik], db_mag[k] += std::fabs(ref[ik]);
-            }
-        const std::string tag = pass_through ? " + dres" : "";
-        expect_rounded("dx = acc - r m1 - r xhat m2" + tag, dx, ref);
-        expect_sum("bias grad = sum_i dx" + tag, col_sums(bias_grad, K, tiles_m), db, db_mag);
-    }
-}
-
-// dW GEMM: A = x^T (x is [T, K] tokens x channels), B = dz^ [T, N]; output [K, N] accumulated.
-// Here the GEMM's M is the channel count K of the case and its reduction the token count M.
-TEST_P(Programs, LnBackwardW) {
-    const auto [T, K, N, shape] = GetParam();
-    const int tiles_n = n_tiles(N, shape.bn);
-    Rng rng(17);
-    const Residual x(rng, T, K);
-    const std::vector<bf16> dz_hat = random_act<bf16>(rng, (size_t)T * N, 0.1);
-    const std::vector<float> gamma = random_floats(rng, K, 0.1, 1.0), beta = random_floats(rng, K, 0.1),
-                             w = random_floats(rng, (size_t)K * N, 1 / std::sqrt(K)), v = random_floats(rng, N),
-                             db = random_floats(rng, N, 0.1);
-    std::vector<float> dw = random_floats(rng, (size_t)K * N, 0.01), dgamma((size_t)K * tiles_n), dbeta(dgamma.size());
-    const Vec dw_before = to_double(dw);
-    LnBackwardW p;
-    p.gamma = {gamma.data()}, p.beta = {beta.data()}, p.v = {v.data()}, p.db = {db.data()};
-    p.w = {w.data(), {N}};
-    p.dw = {dw.data(), {N}};
-    p.dgamma = {dgamma.data()}, p.dbeta = {dbeta.data()};
-    emulate_gemm(p, K, N, T, Operand<bf16>{x.x.data(), {K, true}}, Operand<bf16>{dz_hat.data(), {N}}, shape);
-
-    const Vec acc = matmul(to_double(x.x), to_double(dz_hat), K, T, N, true);
-    Vec dw_ref(acc.size()), dg(K, 0.0), db_ref(K, 0.0), dg_mag(K, 0.0), db_mag(K, 0.0);
-    for (int k = 0; k < K; k++)
-        for (int j = 0; j < N; j++) {
-            const size_t kj = (size_t)k * N + j;
-            const double G = acc[kj] - v[j];
-            dw_ref[kj] = dw_before[kj] + gamma[k] * G + (double)beta[k] * db[j];
-            dg[k] += w[kj] * G, dg_mag[k] += std::fabs(w[kj] * G);
-            db_ref[k] += (double)w[kj] * db[j], db_mag[k] += std::fabs((double)w[kj] * db[j]);
-        }
-    expect_fp32("dW += gamma G + beta db", to_double(dw), dw_ref);
-    expect_sum("dgamma = sum_j W G", row_sums(dgamma, K, tiles_n), dg, dg_mag);
-    expect_sum("dbeta = sum_j W db", row_sums(dbeta, K, tiles_n), db_ref, db_mag);
-}
+TEST_P(Programs, QkvForward) { check_qkv_forward(run, GetParam()); }
+TEST_P(Programs, FcForward) { check_fc_forward(run, GetParam()); }
+TEST_P(Programs, ResidualForwardAndRowStats) { check_residual_forward(run, GetParam()); }
+TEST_P(Programs, ResidualStats) { check_residual_stats(run, GetParam()); }
+TEST_P(Programs, LmHeadForwardAndLoss) { check_lm_head_forward(run, GetParam()); }
+TEST_P(Programs, GeluBackward) { check_gelu_backward(run, GetParam()); }
+TEST_P(Programs, QkvGradient) { check_qkv_gradient(run, GetParam()); }
+TEST_P(Programs, CrossEntropyGradient) { check_cross_entropy_gradient(run, GetParam()); }
+TEST_P(Programs, LnBackwardX) { check_ln_backward_x(run, GetParam()); }
+TEST_P(Programs, LnBackwardW) { check_ln_backward_w(run, GetParam()); }
+TEST_P(Programs, PlainStoreAndAccumulate) { check_plain(run, GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Programs,
                          testing::Values(Case{37, 40, 72, {32, 32}},
                                          Case{45, 96, 200, {64, 96, {8, 1}, {4, 4}}},
                                          Case{50, 1600, 1600, {128, 128}}),
                          case_name);
-
 
 // ---------------------------------------------------------------- one layer, chained
 

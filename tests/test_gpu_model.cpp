@@ -8,33 +8,13 @@
 #include "gpu_test_util.hpp"
 #include "model_cpu.hpp"
 #include "model_gpu.hpp"
+#include "model_test_util.hpp"
 #include "optim_cpu.hpp"
 
 using namespace codagpt;
 using namespace codagpt::test;
 
 namespace {
-
-std::vector<int> random_tokens(size_t n, int vocab, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<int> t(n);
-    for (auto& x : t) x = (int)rng.below(vocab);
-    return t;
-}
-
-// Per-tensor relative error of two flat gradient vectors in param_layout order.
-void expect_grads_close(const std::vector<float>& gpu, const std::vector<float>& cpu,
-                        const std::vector<ParamInfo>& layout, double tol) {
-    size_t off = 0;
-    for (const ParamInfo& p : layout) {
-        std::vector<float> a(gpu.begin() + off, gpu.begin() + off + p.size);
-        std::vector<float> b(cpu.begin() + off, cpu.begin() + off + p.size);
-        const double err = rel_error(a, b);
-        EXPECT_LT(err, tol) << "gradient of " << p.name;
-        std::printf("  grad %-9s rel err %.2e\n", p.name.c_str(), err);
-        off += p.size;
-    }
-}
 
 struct Case {
     const char* name;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend.hpp"
+#include "sample.hpp"
 #include "config.hpp"
 #include "data.hpp"
 #include "rng.hpp"
@@ -60,6 +61,8 @@ struct FaultyBackend final : TrainBackend {
     }
     TrainState save_state() const override { return inner->save_state(); }
     void load_state(const TrainState& s) override { inner->load_state(s); }
+    void load_params(const std::vector<float>& p) override { inner->load_params(p); }
+    std::unique_ptr<Decoder> make_decoder() const override { return inner->make_decoder(); }
 };
 
 struct Guards : ::testing::Test {

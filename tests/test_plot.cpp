@@ -1,12 +1,16 @@
-// `codagpt plot`: metrics.jsonl to a two-panel SVG, and clear refusals of missing, empty and
-// garbled metrics files.
+// `codagpt plot`: metrics.jsonl to a two-panel SVG, several runs overlaid on shared axes, and
+// clear refusals of missing, empty and garbled metrics files, missing run directories and labels
+// that do not fit the runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <regex>
+#include <set>
 #include <vector>
 
 #include "plot.hpp"
@@ -54,16 +58,55 @@ std::vector<std::string> balanced_tags(const std::string& svg) {
     return seen;
 }
 
-// Number of points of the polyline of class `name`, or -1 when there is none.
+struct Polyline {
+    std::string cls, label, color;  // label: data-label, on several-run figures
+    bool dashed;
+    std::vector<std::pair<double, double>> points;
+};
+
+std::vector<Polyline> polylines(const std::string& svg) {
+    std::vector<Polyline> out;
+    const std::regex line("<polyline class=\"([a-z_]+)\"(?: data-label=\"([^\"]*)\")? fill=\"none\" stroke=\"([^\"]*)\""
+                          "([^>]*) points=\"([^\"]*)\"");
+    const std::regex point("(-?[0-9.]+),(-?[0-9.]+)");
+    for (std::sregex_iterator it(svg.begin(), svg.end(), line), e; it != e; ++it) {
+        const std::smatch& m = *it;
+        Polyline p{m[1], m[2], m[3], m[4].str().find("stroke-dasharray") != std::string::npos, {}};
+        const std::string pts = m[5];
+        for (std::sregex_iterator pt(pts.begin(), pts.end(), point), pe; pt != pe; ++pt)
+            p.points.emplace_back(std::stod((*pt)[1]), std::stod((*pt)[2]));
+        out.push_back(p);
+    }
+    return out;
+}
+
+// Number of points of the first polyline of class `name`, or -1 when there is none.
 int polyline_points(const std::string& svg, const std::string& name) {
-    std::smatch m;
-    if (!std::regex_search(svg, m, std::regex("<polyline class=\"" + name + "\"[^>]* points=\"([^\"]*)\"")))
-        return -1;
-    const std::string pts = m[1];
-    int n = 0;
-    const std::regex point("-?[0-9.]+,-?[0-9.]+");
-    for (std::sregex_iterator it(pts.begin(), pts.end(), point), e; it != e; ++it) n++;
-    return n;
+    for (const Polyline& p : polylines(svg))
+        if (p.cls == name) return int(p.points.size());
+    return -1;
+}
+
+// The panels' plot areas (x0, y0, w, h), top to bottom.
+std::vector<std::array<double, 4>> panel_rects(const std::string& svg) {
+    std::vector<std::array<double, 4>> out;
+    const std::regex rect("<g class=\"panel\">\n<rect x=\"([0-9.]+)\" y=\"([0-9.]+)\" width=\"([0-9.]+)\" height=\"([0-9.]+)\"");
+    for (std::sregex_iterator it(svg.begin(), svg.end(), rect), e; it != e; ++it)
+        out.push_back({std::stod((*it)[1]), std::stod((*it)[2]), std::stod((*it)[3]), std::stod((*it)[4])});
+    return out;
+}
+
+// A run of `steps` steps whose loss falls linearly from loss0 to loss1, validated every 10 steps,
+// at a constant tok_s.
+std::string run_metrics(int steps, double loss0, double loss1, double tok_s) {
+    std::string text;
+    for (int step = 1; step <= steps; step++) {
+        const double loss = loss0 + (loss1 - loss0) * (step - 1) / (steps - 1);
+        text += "{\"step\":" + std::to_string(step) + ",\"loss\":" + std::to_string(loss) +
+                ",\"tok_s\":" + std::to_string(tok_s) + "}\n";
+        if (step % 10 == 0) text += "{\"step\":" + std::to_string(step) + ",\"val_loss\":" + std::to_string(loss + 0.2) + "}\n";
+    }
+    return text;
 }
 
 }  // namespace
@@ -81,7 +124,7 @@ TEST_F(Plot, DrawsLossValLossAndThroughput) {
     }
     text += "{\"step\":40,\"val_loss\":5.1}\n";
     write_metrics(text);
-    const std::string out = plot_run(dir.string(), (dir / "p.svg").string());
+    const std::string out = plot_runs({dir.string()}, (dir / "p.svg").string());
     EXPECT_EQ(out, (dir / "p.svg").string());
     const std::string svg = read(out);
     ASSERT_FALSE(svg.empty());
@@ -99,13 +142,13 @@ TEST_F(Plot, DrawsLossValLossAndThroughput) {
     EXPECT_NE(svg.find(">val_loss</text>"), std::string::npos);
     EXPECT_NE(svg.find(">24k</text>"), std::string::npos);  // a throughput tick
     // Default output: RUN_DIR/metrics.svg
-    EXPECT_EQ(plot_run(dir.string()), (dir / "metrics.svg").string());
+    EXPECT_EQ(plot_runs({dir.string()}), (dir / "metrics.svg").string());
     EXPECT_TRUE(fs::exists(dir / "metrics.svg"));
 }
 
 TEST_F(Plot, OnePointAndNoValidationStillDraw) {
     write_metrics("{\"step\":1,\"loss\":3.5,\"tok_s\":100}\n");
-    const std::string svg = read(plot_run(dir.string()));
+    const std::string svg = read(plot_runs({dir.string()}));
     balanced_tags(svg);
     EXPECT_EQ(polyline_points(svg, "loss"), 1);
     EXPECT_EQ(polyline_points(svg, "val_loss"), -1);
@@ -113,7 +156,7 @@ TEST_F(Plot, OnePointAndNoValidationStillDraw) {
 
 TEST_F(Plot, RefusesMissingEmptyAndGarbledMetrics) {
     auto refused = [&](const std::string& part) {
-        const std::string msg = test::error_of([&] { plot_run(dir.string()); });
+        const std::string msg = test::error_of([&] { plot_runs({dir.string()}); });
         EXPECT_TRUE(test::mentions(msg, part));
         EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     };
@@ -128,5 +171,95 @@ TEST_F(Plot, RefusesMissingEmptyAndGarbledMetrics) {
     refused("metrics.jsonl:1");
     write_metrics("{\"step\":3,\"skipped\":\"non-finite loss\"}\n");
     refused("no loss records");
+    EXPECT_FALSE(fs::exists(dir / "metrics.svg"));
+}
+
+TEST_F(Plot, OverlaysRunsOnSharedAxes) {
+    // fused: 20 steps, loss 5 -> 3.1, 20k tok/s; unfused: 40 steps, loss 8 -> 4, 50k tok/s
+    fs::create_directories(dir / "fused");
+    fs::create_directories(dir / "unfused");
+    std::ofstream(dir / "fused" / "metrics.jsonl") << run_metrics(20, 5.0, 3.1, 20000);
+    std::ofstream(dir / "unfused" / "metrics.jsonl") << run_metrics(40, 8.0, 4.0, 50000);
+    const std::string out = (dir / "both.svg").string();
+    // a trailing slash still names the run after its folder
+    EXPECT_EQ(plot_runs({(dir / "fused").string() + "/", (dir / "unfused").string()}, out), out);
+    const std::string svg = read(out);
+    const auto tags = balanced_tags(svg);
+    EXPECT_NE(svg.find(">metrics.jsonl: fused vs unfused</text>"), std::string::npos);
+
+    // two series per panel, one colour per run, validation loss dashed, labels in the legends
+    const std::vector<Polyline> lines = polylines(svg);
+    ASSERT_EQ(lines.size(), 6u);
+    EXPECT_EQ(std::count(tags.begin(), tags.end(), "polyline"), 6);
+    std::map<std::string, std::string> color;  // run label -> colour
+    for (const Polyline& p : lines) {
+        ASSERT_TRUE(p.label == "fused" || p.label == "unfused") << p.label;
+        if (!color.count(p.label)) color[p.label] = p.color;
+        EXPECT_EQ(p.color, color[p.label]) << p.cls << " of " << p.label;
+        EXPECT_EQ(p.dashed, p.cls == "val_loss");
+        const size_t n = p.points.size();
+        EXPECT_EQ(n, p.cls == "val_loss" ? (p.label == "fused" ? 2u : 4u) : (p.label == "fused" ? 20u : 40u));
+    }
+    EXPECT_NE(color["fused"], color["unfused"]);
+    for (const std::string label : {"fused", "unfused"}) {
+        // a legend key in each panel: a line of the run's colour, then its label
+        const std::regex key("stroke=\"" + color[label] + "\" stroke-width=\"2\"/>\n<text [^>]*>" + label + "</text>");
+        EXPECT_EQ(std::distance(std::sregex_iterator(svg.begin(), svg.end(), key), std::sregex_iterator()), 2) << label;
+    }
+
+    // Shared axes: steps 0..40 (fused ends mid-way), loss ticks 3..8, every point inside its panel.
+    const auto rects = panel_rects(svg);
+    ASSERT_EQ(rects.size(), 2u);
+    for (const Polyline& p : lines) {
+        const auto& [x0, y0, w, h] = rects[p.cls == "tok_s"];
+        for (const auto& [x, y] : p.points)
+            EXPECT_TRUE(x >= x0 && x <= x0 + w && y >= y0 && y <= y0 + h) << p.cls << " of " << p.label << " at " << x << "," << y;
+        if (p.cls == "loss") {
+            EXPECT_NEAR(p.points.back().first, x0 + w * (p.label == "fused" ? 0.5 : 1.0), 0.1);
+        }
+    }
+    for (const char* tick : {">40</text>", ">3</text>", ">8</text>", ">20k</text>", ">50k</text>"})
+        EXPECT_NE(svg.find(tick), std::string::npos) << tick;
+}
+
+TEST_F(Plot, LabelsNameTheRuns) {
+    // Two runs of one config (runs/<config>, the default out_dir) share a folder name: the paths
+    // tell them apart.
+    const fs::path a = dir / "fused" / "gpt2-tiny", b = dir / "unfused" / "gpt2-tiny";
+    for (const fs::path& d : {a, b}) {
+        fs::create_directories(d);
+        std::ofstream(d / "metrics.jsonl") << run_metrics(10, 5.0, 4.0, 1000);
+    }
+    const std::string out = (dir / "both.svg").string();
+    auto labels_of = [&](const std::string& svg) {
+        std::set<std::string> labels;
+        for (const Polyline& p : polylines(svg)) labels.insert(p.label);
+        return labels;
+    };
+    EXPECT_EQ(labels_of(read(plot_runs({a.string(), b.string()}, out))), (std::set<std::string>{a.string(), b.string()}));
+    EXPECT_EQ(labels_of(read(plot_runs({a.string(), b.string()}, out, {"coda", "un<fused>"}))),
+              (std::set<std::string>{"coda", "un&lt;fused&gt;"}));
+    // One run keeps its one-run figure; a label only renames it in the title.
+    const std::string one = read(plot_runs({a.string()}, out, {"coda"}));
+    EXPECT_NE(one.find(">coda: metrics.jsonl</text>"), std::string::npos);
+    EXPECT_EQ(labels_of(one), std::set<std::string>{""});
+}
+
+TEST_F(Plot, RefusesMissingRunsAndMismatchedLabels) {
+    std::ofstream(dir / "metrics.jsonl") << run_metrics(10, 5.0, 4.0, 1000);
+    const std::string run = dir.string(), missing = (dir / "nope").string(), out = (dir / "both.svg").string();
+    auto refused = [&](const std::vector<std::string>& dirs, const std::string& o, const std::vector<std::string>& labels,
+                       const std::string& part) {
+        const std::string msg = test::error_of([&] { plot_runs(dirs, o, labels); });
+        EXPECT_TRUE(test::mentions(msg, part));
+        EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    };
+    refused({run, missing}, out, {}, "no run directory " + missing);
+    refused({missing}, "", {}, "no run directory " + missing);
+    refused({run, run}, out, {"a"}, "--labels and the run directories differ in number (1 vs 2)");
+    refused({run}, out, {"a", "b"}, "differ in number (2 vs 1)");
+    refused({run, run}, out, {"a", ""}, "empty label");
+    refused({run, run}, "", {}, "several runs needs -o");
+    EXPECT_FALSE(fs::exists(out));
     EXPECT_FALSE(fs::exists(dir / "metrics.svg"));
 }

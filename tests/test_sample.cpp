@@ -63,6 +63,45 @@ TEST(Sample, KvCacheLogitsEqualFullForwardAtEveryPosition) {
     EXPECT_TRUE(test::mentions(test::error_of([&] { dec.step(m.vocab_size); }), "outside the vocabulary"));
 }
 
+// A prompt in one call (the prefill) leaves the cache as feeding it token by token does: the same
+// logits after it, and after every later token, bit for bit.
+TEST(Sample, PrefillEqualsOneTokenAtATime) {
+    const ModelConfig m = tiny_model();
+    const std::vector<float> params = tiny_params(m);
+    const std::vector<int> prompt = {9, 8, 7, 6, 5}, rest = {4, 3, 2};
+    GPT2Decoder a(m, params.data()), b(m, params.data());
+    const float* la = a.feed(prompt.data(), int(prompt.size()));
+    std::vector<float> got(la, la + m.vocab_size);
+    const float* lb = nullptr;
+    for (int t : prompt) lb = b.step(t);
+    EXPECT_EQ(got, std::vector<float>(lb, lb + m.vocab_size));
+    EXPECT_EQ(a.position(), 5);
+    for (int t : rest) {
+        la = a.step(t);
+        lb = b.step(t);
+        EXPECT_EQ(std::vector<float>(la, la + m.vocab_size), std::vector<float>(lb, lb + m.vocab_size));
+    }
+}
+
+// Refused calls change nothing: the next call continues where the last good one left off.
+TEST(Sample, BadFeedsAreRefusedWithoutEffect) {
+    const ModelConfig m = tiny_model();
+    const std::vector<float> params = tiny_params(m);
+    GPT2Decoder dec(m, params.data()), ref(m, params.data());
+    const std::vector<int> prompt(20, 3);
+    dec.feed(prompt.data(), 20);
+    ref.feed(prompt.data(), 20);
+    const std::vector<int> five(5, 1);
+    EXPECT_TRUE(test::mentions(test::error_of([&] { dec.feed(five.data(), 5); }), "context full"));
+    EXPECT_TRUE(test::mentions(test::error_of([&] { dec.feed(five.data(), 0); }), "at least one token"));
+    const std::vector<int> bad = {1, -1};
+    EXPECT_TRUE(test::mentions(test::error_of([&] { dec.feed(bad.data(), 2); }), "token id -1"));
+    EXPECT_EQ(dec.position(), 20);
+    const float* l = dec.step(2);
+    const float* r = ref.step(2);
+    EXPECT_EQ(std::vector<float>(l, l + m.vocab_size), std::vector<float>(r, r + m.vocab_size));
+}
+
 TEST(Sample, SameSeedSameTokens) {
     const ModelConfig m = tiny_model();
     const std::vector<float> params = tiny_params(m);

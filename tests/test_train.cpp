@@ -5,14 +5,19 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint.hpp"
 #include "config.hpp"
 #include "data.hpp"
+#include "gpt2_params.hpp"
+#include "interchange.hpp"
 #include "rng.hpp"
 #include "train.hpp"
 #include "train_fixture.hpp"
 
 namespace fs = std::filesystem;
 using namespace codagpt;
+using codagpt::test::error_of;
+using codagpt::test::mentions;
 using codagpt::test::SyntheticRun;
 
 namespace {
@@ -29,9 +34,8 @@ struct TrainRun : ::testing::Test {
         cfg.eval_batches = 2;
     }
 
-    std::vector<nlohmann::json> run(const std::string& out) {
+    std::vector<nlohmann::json> run(const std::string& out, TrainOptions opt = {}) {
         cfg.out_dir = (dir / out).string();
-        TrainOptions opt;
         opt.device = "cpu";
         opt.quiet = true;
         EXPECT_EQ(run_train(cfg, opt), 0);
@@ -87,4 +91,179 @@ TEST_F(TrainRun, BadDataIsAnErrorNamingIt) {
     } catch (const std::exception& e) {
         EXPECT_NE(std::string(e.what()).find("nothing_"), std::string::npos) << e.what();
     }
+}
+
+namespace {
+
+std::vector<nlohmann::json> samples_of(const std::vector<nlohmann::json>& lines) {
+    std::vector<nlohmann::json> out;
+    for (const auto& j : lines)
+        if (j.contains("sample")) out.push_back(j);
+    return out;
+}
+
+// Text as one token per byte, so that the text path runs without the GPT-2 tokenizer (main's
+// codec); ids come back as printable ASCII, one character each.
+SampleText byte_text() {
+    return {[](const std::string& text) { return std::vector<int>(text.begin(), text.end()); },
+            [](const std::vector<int>& ids) {
+                std::string s;
+                for (int t : ids) s += char(' ' + t % 95);
+                return s;
+            }};
+}
+
+}  // namespace
+
+// Samples at steps 0, 3, 6 and after the last, identical for the same seed, different as the
+// weights change, and the losses bit-identical to those of the run without samples: the sampler
+// has its own generator and buffers and only reads the weights.
+TEST_F(TrainRun, SamplesLeaveLossesUnchanged) {
+    cfg.steps = 8;
+    cfg.eval_every = 4;
+    cfg.sample_tokens = 10;
+    const auto plain = run("plain");
+    cfg.sample_every = 3;
+    const auto a = run("a");
+    const auto b = run("b");
+    EXPECT_TRUE(samples_of(plain).empty());
+    EXPECT_EQ(field(a, "loss"), field(plain, "loss"));
+    EXPECT_EQ(field(a, "val_loss"), field(plain, "val_loss"));
+    ASSERT_EQ(field(a, "loss").size(), 8u);
+    const auto sa = samples_of(a);
+    ASSERT_EQ(sa.size(), 4u);
+    const std::vector<int> steps = {0, 3, 6, 8};
+    for (size_t i = 0; i < sa.size(); i++) {
+        EXPECT_EQ(sa[i]["step"].get<int>(), steps[i]);
+        const auto tokens = sa[i]["sample_tokens"].get<std::vector<int>>();
+        ASSERT_EQ(tokens.size(), 10u);
+        // Without a tokenizer the text is the ids.
+        std::string ids;
+        for (int t : tokens) {
+            EXPECT_TRUE(t >= 0 && t < cfg.model.vocab_size) << t;
+            ids += (ids.empty() ? "" : " ") + std::to_string(t);
+        }
+        EXPECT_EQ(sa[i]["sample"].get<std::string>(), ids);
+    }
+    EXPECT_EQ(samples_of(b), sa);
+    EXPECT_NE(sa.front()["sample_tokens"], sa.back()["sample_tokens"]);
+}
+
+// Samples survive an interruption: resumed from a checkpoint at step 4 of a run that went on to
+// log samples at steps 4 and 6 (as a crash after the checkpoint leaves it), the log holds each
+// sample of the uninterrupted run once.
+TEST_F(TrainRun, ResumedRunLogsTheSameSamples) {
+    cfg.steps = 6;
+    cfg.sample_every = 2;
+    cfg.sample_tokens = 5;
+    cfg.ckpt_every = 2;
+    const auto whole = samples_of(run("run"));
+    ASSERT_EQ(whole.size(), 4u);
+    TrainOptions resume;
+    resume.resume = checkpoint_path(cfg.out_dir, 4);
+    EXPECT_EQ(samples_of(run("run", resume)), whole);
+}
+
+// With a text codec (main passes the GPT-2 tokenizer's) the samples continue sample_prompt and are
+// logged as text; the codec is loaded once, at start-up.
+TEST_F(TrainRun, SamplesContinueThePromptAsText) {
+    cfg.steps = 2;
+    cfg.sample_every = 2;
+    cfg.sample_tokens = 6;
+    int loads = 0;
+    TrainOptions opt;
+    opt.sample_text = [&] {
+        loads++;
+        return byte_text();
+    };
+    auto first_sample = [&](const std::string& prompt, const std::string& out) {
+        cfg.sample_prompt = prompt;
+        const auto s = samples_of(run(out, opt));
+        EXPECT_EQ(s.size(), 2u);  // steps 0 and 2
+        const auto tokens = s.at(0)["sample_tokens"].get<std::vector<int>>();
+        EXPECT_EQ(s.at(0)["sample"].get<std::string>(), byte_text().decode(tokens));
+        return tokens;
+    };
+    const auto ab = first_sample("ab", "ab");
+    EXPECT_EQ(loads, 1);
+    // The prompt is what the model continues: another prompt, another sample from the same draws.
+    EXPECT_NE(first_sample("zq", "zq"), ab);
+    // A sample may end inside a UTF-8 character: the log line stays valid JSON, with U+FFFD.
+    opt.sample_text = [] { return SampleText{byte_text().encode, [](const std::vector<int>&) { return std::string("a\xC3"); }}; };
+    const auto s = samples_of(run("utf8", opt));
+    ASSERT_EQ(s.size(), 2u);
+    EXPECT_EQ(s[0]["sample"].get<std::string>(), "a\xEF\xBF\xBD");
+}
+
+// Bad sample settings fail at start-up with a message naming the key, before anything is written.
+TEST_F(TrainRun, BadSampleSettingsAreRefusedUpFront) {
+    cfg.sample_every = 2;
+    cfg.out_dir = (dir / "never").string();
+    TrainOptions opt;
+    opt.device = "cpu";
+    cfg.sample_prompt = "ab";
+    EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "sample_prompt: this build has no tokenizer"));
+    opt.sample_text = byte_text;
+    cfg.sample_prompt = std::string(17, 'a');  // max_seq_len is 16
+    EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "sample_prompt: 17 tokens, more than max_seq_len"));
+    cfg.sample_prompt = "a";  // through a codec whose ids do not fit the model's vocabulary of 256
+    opt.sample_text = [] { return SampleText{[](const std::string&) { return std::vector<int>{300}; }, nullptr}; };
+    EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "token id 300 outside the vocabulary"));
+    cfg.sample_tokens = 0;
+    EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "sample_tokens: must be >= 1"));
+    EXPECT_FALSE(fs::exists(cfg.out_dir));
+}
+
+// --init-from starts a run from another run's weights, read from its checkpoint, a safetensors
+// export or an llm.c export: the step-0 evaluation sees exactly those weights, the run counts its
+// steps from 0 and its optimizer from scratch (AdamW's update count in its checkpoints starts anew).
+TEST_F(TrainRun, InitFromStartsFromOtherWeightsAtStepZero) {
+    cfg.steps = 5;
+    cfg.eval_every = 5;
+    cfg.ckpt_every = 5;
+    const double base_val = field(run("base"), "val_loss").back();  // after step 5
+    const std::string ckpt = checkpoint_path(cfg.out_dir, 5);
+    const ModelWeights w = load_weights(ckpt);
+    export_safetensors((dir / "w.safetensors").string(), w.config, w.params.data());
+    export_llmc((dir / "w.bin").string(), w.config, w.params.data());
+
+    cfg.steps = 2;
+    cfg.ckpt_every = 2;
+    std::vector<double> first_losses;
+    for (const std::string& path : {ckpt, (dir / "w.safetensors").string(), (dir / "w.bin").string()}) {
+        SCOPED_TRACE(path);
+        TrainOptions opt;
+        opt.init_from = path;
+        const auto lines = run("ft_" + fs::path(path).filename().string(), opt);
+        EXPECT_EQ(field(lines, "val_loss").front(), base_val);
+        const auto losses = field(lines, "loss");
+        ASSERT_EQ(losses.size(), 2u);
+        EXPECT_EQ(lines.at(1)["step"].get<int>(), 1);  // after the step-0 evaluation
+        if (first_losses.empty()) first_losses = losses;
+        EXPECT_EQ(losses, first_losses);  // the same weights from every format
+        const Checkpoint ck = load_checkpoint(checkpoint_path(cfg.out_dir, 2));
+        EXPECT_EQ(ck.step, 2);
+        EXPECT_EQ(ck.state.t, 2);  // not 5 + 2: a fresh optimizer
+    }
+}
+
+TEST_F(TrainRun, InitFromRefusesAnotherShapeJunkAndResume) {
+    ModelConfig wide = cfg.model;
+    wide.n_embd = 64;
+    const std::string wide_path = (dir / "wide.safetensors").string();
+    export_safetensors(wide_path, wide, gpt2_init_params(wide, 1).data());
+    cfg.out_dir = (dir / "never").string();
+    TrainOptions opt;
+    opt.device = "cpu";
+    opt.init_from = wide_path;
+    const std::string msg = error_of([&] { run_train(cfg, opt); });
+    EXPECT_TRUE(mentions(msg, "--init-from " + wide_path));
+    EXPECT_TRUE(mentions(msg, "n_embd 64 (config 32)"));
+    EXPECT_FALSE(mentions(msg, "n_layer"));  // only what differs
+
+    opt.init_from = synth.dir.write("junk.bin", "not a model");
+    EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "junk.bin"));
+    opt.resume = "latest";
+    EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "--init-from and --resume exclude each other"));
+    EXPECT_FALSE(fs::exists(cfg.out_dir));
 }

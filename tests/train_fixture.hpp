@@ -35,6 +35,7 @@ struct SyntheticRun {
         cfg.out_dir = dir / "run";
         cfg.batch_size = B;
         cfg.seq_len = T;
+        cfg.sample_every = 0;  // the default is gpt2-tiny's; samples only where a test asks for them
     }
 };
 

@@ -1,0 +1,544 @@
+// The CODA GEMM engine's Hopper mainloop against cuBLASLt on every GEMM shape of one GPT-2
+// training step (350M and 1.5B at B*T = 16384 tokens, forward, dX and dW, LM head) and the C=4096
+// forward shapes; then each fused epilogue program of coda_programs.cuh on its natural 1.5B shape
+// against the plain GEMM of that shape.
+//
+//   bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING]
+//
+// Each shape: a correctness check against cuBLASLt's output (relative Frobenius error, our
+// output poisoned with NaN first), then the median of --reps timed runs (CUDA events, after
+// warm-up), rotating among input sets when the inputs fit in L2. --sweep also times every tile
+// configuration of the mainloop (the default times the one the engine picks). Prints a table,
+// the geometric-mean ratio last, and appends "gemm" records (../shared/design/RESULTS.md) to --json.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "coda_programs.cuh"
+#include "common.cuh"
+#include "gemm_sm90.cuh"
+#include "matmul.cuh"
+#include "results.hpp"
+
+using namespace codagpt;
+using namespace codagpt::coda;
+
+namespace {
+
+constexpr int kTokens = 16384;  // B*T = 16 * 1024
+constexpr int kVocabPadded = 50304, kVocab = 50257;
+
+// ---------------------------------------------------------------- device helpers
+__device__ inline float hash_uniform(unsigned long i, unsigned seed) {
+    unsigned x = (unsigned)(i * 2654435761ul) ^ (seed * 0x9E3779B9u) ^ (unsigned)(i >> 32);
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return (float)(x >> 8) * (2.f / 16777216.f) - 1.f;  // [-1, 1)
+}
+template <class T>
+__global__ void fill_kernel(T* p, long n, unsigned seed, float scale, float offset) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        p[i] = (T)(offset + scale * hash_uniform(i, seed));
+}
+template <class T>
+__global__ void poison_kernel(T* p, long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        p[i] = (T)NAN;
+}
+// sums[0] += sum (a - b)^2, sums[1] += sum b^2; a non-finite a makes sums[0] NaN.
+template <class T>
+__global__ void diff_kernel(const T* a, const T* b, long n, double* sums) {
+    double d2 = 0, r2 = 0;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        const double x = (double)(float)a[i], y = (double)(float)b[i];
+        d2 += (x - y) * (x - y);
+        r2 += y * y;
+    }
+    for (int off = 16; off > 0; off /= 2) {
+        d2 += __shfl_xor_sync(0xffffffffu, d2, off);
+        r2 += __shfl_xor_sync(0xffffffffu, r2, off);
+    }
+    if (threadIdx.x % 32 == 0) {
+        atomicAdd(&sums[0], d2);
+        atomicAdd(&sums[1], r2);
+    }
+}
+
+template <class T>
+void fill(T* p, long n, unsigned seed, float scale = 1.f, float offset = 0.f) {
+    fill_kernel<<<1024, 256>>>(p, n, seed, scale, offset);
+    CUDA_CHECK_LAUNCH(fill_kernel);
+}
+template <class T>
+void poison(T* p, long n) {
+    poison_kernel<<<1024, 256>>>(p, n);
+    CUDA_CHECK_LAUNCH(poison_kernel);
+}
+template <class T>
+double rel_error(const T* ours, const T* ref, long n) {
+    double* sums;
+    CUDA_CHECK(cudaMalloc(&sums, 2 * sizeof(double)));
+    CUDA_CHECK(cudaMemset(sums, 0, 2 * sizeof(double)));
+    diff_kernel<<<1024, 256>>>(ours, ref, n, sums);
+    CUDA_CHECK_LAUNCH(diff_kernel);
+    double h[2];
+    CUDA_CHECK(cudaMemcpy(h, sums, sizeof h, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(sums));
+    return std::sqrt(h[0] / h[1]);  // NaN when any output is NaN
+}
+
+// Device buffers freed at scope exit.
+struct Buffers {
+    std::vector<void*> ptrs;
+    template <class T>
+    T* get(long n) {
+        void* p;
+        CUDA_CHECK(cudaMalloc(&p, std::max(n, 1l) * sizeof(T)));
+        ptrs.push_back(p);
+        return (T*)p;
+    }
+    ~Buffers() {
+        for (void* p : ptrs) cudaFree(p);
+    }
+};
+
+// Median of `reps` timed calls of run(rep) after `warmup` untimed ones.
+float median_ms(const std::function<void(int)>& run, int reps, int warmup = 3) {
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    for (int r = 0; r < warmup; r++) run(r);
+    std::vector<float> ms(reps);
+    for (int r = 0; r < reps; r++) {
+        CUDA_CHECK(cudaEventRecord(e0));
+        run(r);
+        CUDA_CHECK(cudaEventRecord(e1));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms[r], e0, e1));
+    }
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    std::sort(ms.begin(), ms.end());
+    return ms[reps / 2];
+}
+
+// ---------------------------------------------------------------- shapes
+// out[M, N] (+)= A[M, K] B[K, N]; a_t: A stored [K, M]; b_t: B stored [N, K]; accumulate: fp32 +=
+// (weight gradients), else bf16 store.
+struct Shape {
+    std::string model, name;
+    int M, N, K;
+    bool a_t, b_t, accumulate;
+    std::string layout() const { return std::string(a_t ? "A^T" : "A") + (b_t ? " B^T" : " B"); }
+    double flops() const { return 2.0 * M * N * K; }
+    bool timed() const { return model != "odd"; }
+};
+
+std::vector<Shape> training_shapes() {
+    std::vector<Shape> s;
+    for (auto [model, C] : {std::pair<const char*, int>{"350m", 1024}, {"1.5b", 1600}}) {
+        const int T = kTokens, V = kVocabPadded;
+        // forward: x[T, C] W[C, N]; LM head x wte^T with wte stored [V, C]
+        s.push_back({model, "qkv fwd", T, 3 * C, C, false, false, false});
+        s.push_back({model, "proj fwd", T, C, C, false, false, false});
+        s.push_back({model, "fc fwd", T, 4 * C, C, false, false, false});
+        s.push_back({model, "fcproj fwd", T, C, 4 * C, false, false, false});
+        s.push_back({model, "lmhead fwd", T, V, C, false, true, false});
+        // dX: dz[T, N] W^T with W stored [in, out] = [N_dx, K_dx]; LM head dlogits[T, V] wte[V, C]
+        s.push_back({model, "qkv dX", T, C, 3 * C, false, true, false});
+        s.push_back({model, "proj dX", T, C, C, false, true, false});
+        s.push_back({model, "fc dX", T, C, 4 * C, false, true, false});
+        s.push_back({model, "fcproj dX", T, 4 * C, C, false, true, false});
+        s.push_back({model, "lmhead dX", T, C, V, false, false, false});
+        // dW (fp32, accumulated): x^T dz with x stored [T, in]; LM head dlogits^T x -> dwte[V, C]
+        s.push_back({model, "qkv dW", C, 3 * C, T, true, false, true});
+        s.push_back({model, "proj dW", C, C, T, true, false, true});
+        s.push_back({model, "fc dW", C, 4 * C, T, true, false, true});
+        s.push_back({model, "fcproj dW", 4 * C, C, T, true, false, true});
+        s.push_back({model, "lmhead dW", V, C, T, true, false, true});
+    }
+    const int C = 4096, T = kTokens;
+    // Awkward sizes (no dimension a tile multiple), checked but not timed: every layout pair that
+    // training uses, bf16 store and fp32 accumulate.
+    s.push_back({"odd", "store", 136, 200, 72, false, false, false});
+    s.push_back({"odd", "store B^T", 136, 200, 72, false, true, false});
+    s.push_back({"odd", "accumulate", 136, 200, 72, true, false, true});
+    s.push_back({"odd", "store 2", 1000, 1600, 6400, false, false, false});
+    s.push_back({"odd", "store B^T 2", 392, 328, 200, false, true, false});
+    s.push_back({"odd", "accumulate 2", 1600, 1000, 520, true, false, true});
+    s.push_back({"c4096", "qkv fwd", T, 3 * C, C, false, false, false});
+    s.push_back({"c4096", "proj fwd", T, C, C, false, false, false});
+    s.push_back({"c4096", "fc fwd", T, 4 * C, C, false, false, false});
+    s.push_back({"c4096", "fcproj fwd", T, C, 4 * C, false, false, false});
+    s.push_back({"c4096", "lmhead fwd", T, kVocabPadded, C, false, true, false});
+    return s;
+}
+
+struct Inputs {
+    std::vector<const bf16*> a, b;  // rotating sets
+};
+
+GemmProblem problem(const Shape& s, const bf16* a, const bf16* b) {
+    GemmProblem p;
+    p.M = s.M;
+    p.N = s.N;
+    p.K = s.K;
+    p.a = {a, Layout{s.a_t ? s.M : s.K, s.a_t}};
+    p.b = {b, Layout{s.b_t ? s.K : s.N, s.b_t}};
+    return p;
+}
+
+// cuBLASLt through the trainer's Matmul, same operands and output type.
+void cublas_gemm(Matmul& mm, const Shape& s, const bf16* a, const bf16* b, void* out) {
+    if (s.accumulate) {
+        if (!s.a_t || s.b_t) throw Error("bench: accumulate shapes are A^T B");
+        mm.backward_weight((float*)out, a, b, /*M=*/s.K, /*K=*/s.M, /*N=*/s.N, 0);
+    } else if (s.a_t) {
+        throw Error("bench: A^T with bf16 output is not a training shape");
+    } else if (s.b_t) {
+        mm.forward_nt((bf16*)out, a, b, s.M, s.K, s.N, 0);
+    } else {
+        mm.forward((bf16*)out, a, b, nullptr, s.M, s.K, s.N, 0);
+    }
+}
+
+PlainStore<bf16> plain_store(bf16* out, int n) {
+    PlainStore<bf16> p;
+    p.out = {out, Layout{n, false}};
+    return p;
+}
+PlainAccumulate plain_accumulate(float* dw, int n) {
+    PlainAccumulate p;
+    p.dw = {dw, Layout{n, false}};
+    return p;
+}
+
+template <class P>
+void ours(const P& program, const GemmProblem& prob, int tile) {
+    if (tile < 0) sm90::gemm(program, prob, 0);
+    else sm90::detail::gemm_with_tile(program, prob, sm90::kTiles[tile], 0);
+}
+
+struct Row {
+    std::string label;
+    double ours_ms, ref_ms;
+};
+
+struct Bench {
+    Matmul mm;
+    int reps = 30;
+    bool sweep = false;
+    std::string json, command, gpu;
+    long l2_bytes = 0;
+    std::vector<Row> plain_rows, fused_rows;
+    FILE* log = stdout;
+    int failures = 0;
+
+    void record(const Shape& s, const std::string& program, double ms, const char* ref_key, double ref_ms,
+                const std::string& tile, double err) {
+        if (json.empty()) return;
+        nlohmann::json r;
+        r["kind"] = "gemm";
+        r["gpu"] = gpu;
+        r["shape"] = {{"M", s.M}, {"N", s.N}, {"K", s.K}, {"layout", s.layout()}};
+        r["model"] = s.model;
+        r["gemm"] = s.name;
+        r["program"] = program;
+        r["ours_ms"] = ms;
+        r["ours_tflops"] = s.flops() / ms * 1e-9;
+        r[ref_key] = ref_ms;
+        r["tile"] = tile;
+        r["rel_err"] = err;
+        stamp_record(r, command);
+        append_record(json, r);
+    }
+
+    void plain(const Shape& s) {
+        Buffers buf;
+        const long a_n = (long)s.M * s.K, b_n = (long)s.K * s.N, out_n = (long)s.M * s.N;
+        const long in_bytes = (a_n + b_n) * 2;
+        const int sets = in_bytes < 2 * l2_bytes ? 3 : 1;  // inputs that fit in L2 rotate
+        std::vector<bf16*> a(sets), b(sets);
+        for (int i = 0; i < sets; i++) {
+            a[i] = buf.get<bf16>(a_n);
+            b[i] = buf.get<bf16>(b_n);
+            fill(a[i], a_n, 17 + i);
+            fill(b[i], b_n, 91 + i);
+        }
+        void *out, *ref;
+        if (s.accumulate) {
+            out = buf.get<float>(out_n);
+            ref = buf.get<float>(out_n);
+        } else {
+            out = buf.get<bf16>(out_n);
+            ref = buf.get<bf16>(out_n);
+        }
+        auto run_ours = [&](int set, int tile) {
+            const GemmProblem prob = problem(s, a[set], b[set]);
+            if (s.accumulate) ours(plain_accumulate((float*)out, s.N), prob, tile);
+            else ours(plain_store((bf16*)out, s.N), prob, tile);
+        };
+        // Correctness: the same start for the accumulating shapes; ours poisoned otherwise. With
+        // --sweep every tile configuration is checked, else the one the engine picks.
+        auto check = [&](int tile) {
+            if (s.accumulate) {
+                fill((float*)out, out_n, 5);
+                fill((float*)ref, out_n, 5);
+                cublas_gemm(mm, s, a[0], b[0], ref);
+                run_ours(0, tile);
+                return rel_error((const float*)out, (const float*)ref, out_n);
+            }
+            poison((bf16*)out, out_n);
+            cublas_gemm(mm, s, a[0], b[0], ref);
+            run_ours(0, tile);
+            return rel_error((const bf16*)out, (const bf16*)ref, out_n);
+        };
+        const double bound = s.accumulate ? 1e-4 : 1e-2;
+        double err = check(-1);
+        std::string failed;
+        if (sweep)
+            for (int t = 0; t < sm90::kNumTiles; t++) {
+                const double e = check(t);
+                if (!(e <= bound)) failed += std::string(" ") + sm90::tile_name(sm90::kTiles[t]);
+                err = std::max(err, e);
+            }
+        const bool ok = err <= bound && failed.empty();  // false for NaN too
+        if (!ok) failures++;
+        const std::string tile = [&] {
+            const TileShape t = sm90::tile_shape(problem(s, a[0], b[0]));
+            return std::to_string(t.bm) + "x" + std::to_string(t.bn);
+        }();
+        if (!s.timed() || !ok) {
+            fprintf(log, "%-18s %6d %6d %6d %-7s %-8s  err %.2e %s%s\n", (s.model + " " + s.name).c_str(), s.M, s.N,
+                    s.K, s.layout().c_str(), tile.c_str(), err, ok ? "ok" : "FAIL", failed.c_str());
+            return;
+        }
+
+        const double ref_ms = median_ms([&](int r) { cublas_gemm(mm, s, a[r % sets], b[r % sets], ref); }, reps);
+        const double ms = median_ms([&](int r) { run_ours(r % sets, -1); }, reps);
+        std::string sweep_text;
+        if (sweep)
+            for (int t = 0; t < sm90::kNumTiles; t++) {
+                const double tms = median_ms([&](int r) { run_ours(r % sets, t); }, reps);
+                char b2[64];
+                snprintf(b2, sizeof b2, " %s %.4f", sm90::tile_name(sm90::kTiles[t]), tms);
+                sweep_text += b2;
+            }
+        const std::string label = s.model + " " + s.name;
+        fprintf(log, "%-18s %6d %6d %6d %-7s %-8s %9.4f %9.4f %6.3f %7.1f  err %.2e %s%s%s\n", label.c_str(), s.M,
+                s.N, s.K, s.layout().c_str(), tile.c_str(), ms, ref_ms, ref_ms / ms, s.flops() / ms * 1e-9, err,
+                ok ? "ok" : "FAIL", sweep ? " |" : "", sweep_text.c_str());
+        fflush(log);
+        plain_rows.push_back({label, ms, ref_ms});
+        record(s, "plain", ms, "cublaslt_ms", ref_ms, tile, err);
+    }
+
+    // A fused program on `s` against our plain GEMM of the same shape and output type.
+    template <class MakeProgram>
+    void fused(const Shape& s, const std::string& name, MakeProgram make) {
+        Buffers buf;
+        const long a_n = (long)s.M * s.K, b_n = (long)s.K * s.N, out_n = (long)s.M * s.N;
+        bf16* a = buf.get<bf16>(a_n);
+        bf16* b = buf.get<bf16>(b_n);
+        fill(a, a_n, 3);
+        fill(b, b_n, 4);
+        const GemmProblem prob = problem(s, a, b);
+        const TileShape ts = sm90::tile_shape(prob);
+        const auto program = make(buf, prob, ts);
+        void* plain_out = s.accumulate ? (void*)buf.get<float>(out_n) : (void*)buf.get<bf16>(out_n);
+        const double plain_ms = median_ms(
+            [&](int) {
+                if (s.accumulate) sm90::gemm(plain_accumulate((float*)plain_out, s.N), prob, 0);
+                else sm90::gemm(plain_store((bf16*)plain_out, s.N), prob, 0);
+            },
+            reps);
+        const double ms = median_ms([&](int) { sm90::gemm(program, prob, 0); }, reps);
+        const std::string label = "1.5b " + s.name + " " + name;
+        fprintf(log, "%-36s %9.4f %9.4f %6.3f\n", label.c_str(), ms, plain_ms, ms / plain_ms);
+        fflush(log);
+        fused_rows.push_back({label, ms, plain_ms});
+        record(s, name, ms, "plain_ms", plain_ms, std::to_string(ts.bm) + "x" + std::to_string(ts.bn), NAN);
+    }
+
+    void fused_programs() {
+        const int T = kTokens, C = 1600;
+        auto vec = [](Buffers& b, long n, unsigned seed, float scale = 1.f, float offset = 0.f) {
+            float* p = b.get<float>(n);
+            fill(p, n, seed, scale, offset);
+            return p;
+        };
+        auto act = [](Buffers& b, long n, unsigned seed) {
+            bf16* p = b.get<bf16>(n);
+            fill(p, n, seed);
+            return p;
+        };
+        auto ln_fold = [&](Buffers& b, const GemmProblem& p) {
+            return LnFold{{vec(b, p.M, 11)}, {vec(b, p.M, 12, 0.1f, 1.f)}, {vec(b, p.N, 13)}, {vec(b, p.N, 14)}};
+        };
+        auto fold_grad = [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
+            const long tn = n_tiles(p.N, ts.bn), tm = n_tiles(p.M, ts.bm);
+            FoldGradient<bf16> f;
+            f.mu = {vec(b, p.M, 21)};
+            f.rstd = {vec(b, p.M, 22, 0.1f, 1.f)};
+            f.c = {vec(b, p.N, 23)};
+            f.b_folded = {vec(b, p.N, 24)};
+            f.dz_hat = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
+            f.m1 = {b.get<float>(p.M * tn)};
+            f.m2 = {b.get<float>(p.M * tn)};
+            f.db = {b.get<float>(tm * p.N)};
+            f.v = {b.get<float>(tm * p.N)};
+            return f;
+        };
+
+        fused({"1.5b", "qkv fwd", T, 3 * C, C, false, false, false}, "QkvForward",
+              [&](Buffers& b, const GemmProblem& p, const TileShape&) {
+                  QkvForward<bf16> q;
+                  q.ln = ln_fold(b, p);
+                  q.z = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
+                  return q;
+              });
+        for (auto [name, K] : {std::pair<const char*, int>{"proj fwd", C}, {"fcproj fwd", 4 * C}})
+            fused({"1.5b", name, T, C, K, false, false, false}, "ResidualForward",
+                  [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
+                      ResidualForward<bf16> r;
+                      r.bias = {vec(b, p.N, 31)};
+                      r.residual = {act(b, (long)p.M * p.N, 32), Layout{p.N, false}};
+                      r.x_out = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
+                      r.row_stats = {b.get<float>((long)p.M * n_tiles(p.N, ts.bn) * 3)};
+                      return r;
+                  });
+        fused({"1.5b", "fc fwd", T, 4 * C, C, false, false, false}, "FcForward",
+              [&](Buffers& b, const GemmProblem& p, const TileShape&) {
+                  FcForward<bf16> f;
+                  f.ln = ln_fold(b, p);
+                  f.f = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
+                  f.g = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
+                  return f;
+              });
+        fused({"1.5b", "lmhead fwd", T, kVocabPadded, C, false, true, false}, "LmHeadForward",
+              [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
+                  LmHeadForward<bf16> l;
+                  l.ln = ln_fold(b, p);
+                  l.logits = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
+                  l.vocab = kVocab;
+                  l.lse_partials = {b.get<float>((long)p.M * n_tiles(p.N, ts.bn) * 2)};
+                  std::vector<int> targets(p.M);
+                  for (int i = 0; i < p.M; i++) targets[i] = (int)((i * 7919l) % kVocab);
+                  int* t = b.get<int>(p.M);
+                  CUDA_CHECK(cudaMemcpy(t, targets.data(), p.M * sizeof(int), cudaMemcpyHostToDevice));
+                  l.target_logit = {t, b.get<float>(p.M)};
+                  return l;
+              });
+        // dG GEMM: dres[T, C] Wp^T, Wp stored [4C, C] = [N, K].
+        fused({"1.5b", "fcproj dX (dG)", T, 4 * C, C, false, true, false}, "GeluBackward",
+              [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
+                  GeluBackward<bf16> g;
+                  g.f = {act(b, (long)p.M * p.N, 41), Layout{p.N, false}};
+                  g.g = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
+                  g.fold = fold_grad(b, p, ts);
+                  return g;
+              });
+        // dX through the fc fold: df^[T, 4C] W~fc^T, W~fc stored [C, 4C] = [N, K].
+        fused({"1.5b", "fc dX", T, C, 4 * C, false, true, false}, "LnBackwardX",
+              [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
+                  LnBackwardX<bf16> l;
+                  l.mu = {vec(b, p.M, 51)};
+                  l.rstd = {vec(b, p.M, 52, 0.1f, 1.f)};
+                  l.m1 = {vec(b, p.M, 53)};
+                  l.m2 = {vec(b, p.M, 54)};
+                  l.x = {act(b, (long)p.M * p.N, 55), Layout{p.N, false}};
+                  l.dres = {act(b, (long)p.M * p.N, 56), Layout{p.N, false}};
+                  l.dx_out = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
+                  l.bias_grad = {b.get<float>((long)n_tiles(p.M, ts.bm) * p.N)};
+                  return l;
+              });
+        // dW through the fc fold: x^T[C, T] dz^[T, 4C] into the fp32 gradient.
+        fused({"1.5b", "fc dW", C, 4 * C, T, true, false, true}, "LnBackwardW",
+              [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
+                  LnBackwardW l;
+                  l.gamma = {vec(b, p.M, 61, 0.1f, 1.f)};
+                  l.beta = {vec(b, p.M, 62)};
+                  l.v = {vec(b, p.N, 63)};
+                  l.db = {vec(b, p.N, 64)};
+                  l.w = {vec(b, (long)p.M * p.N, 65), Layout{p.N, false}};
+                  l.dw = {vec(b, (long)p.M * p.N, 66), Layout{p.N, false}};
+                  const long tn = n_tiles(p.N, ts.bn);
+                  l.dgamma = {b.get<float>(p.M * tn)};
+                  l.dbeta = {b.get<float>(p.M * tn)};
+                  return l;
+              });
+    }
+};
+
+double geomean(const std::vector<Row>& rows, bool ref_over_ours) {
+    double s = 0;
+    for (const Row& r : rows) s += std::log(ref_over_ours ? r.ref_ms / r.ours_ms : r.ours_ms / r.ref_ms);
+    return rows.empty() ? NAN : std::exp(s / rows.size());
+}
+
+int run(int argc, char** argv) {
+    Bench bench;
+    std::string only;
+    bool fused = true;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        auto next = [&]() -> std::string {
+            if (i + 1 >= argc) throw Error("bench_gemm: " + a + " needs a value");
+            return argv[++i];
+        };
+        if (a == "--json") bench.json = next();
+        else if (a == "--reps") bench.reps = std::max(1, std::stoi(next()));
+        else if (a == "--sweep") bench.sweep = true;
+        else if (a == "--only") only = next();
+        else if (a == "--no-fused") fused = false;
+        else throw Error("bench_gemm: unknown option " + a +
+                         " (usage: bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING] [--no-fused])");
+    }
+    bench.command = join_command(argc, argv);
+    if (!sm90::available()) {
+        fprintf(stderr, "bench_gemm: needs a compute capability 9.0 GPU and a build with sm_90a\n");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    bench.gpu = prop.name;
+    bench.l2_bytes = prop.l2CacheSize;
+    printf("%s, %d SMs, L2 %d MiB, reps %d (median)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+           bench.reps);
+    printf("%-18s %6s %6s %6s %-7s %-8s %9s %9s %6s %7s\n", "shape", "M", "N", "K", "layout", "tile", "ours ms",
+           "cublas ms", "ratio", "TFLOP/s");
+    for (const Shape& s : training_shapes())
+        if (only.empty() || (s.model + " " + s.name).find(only) != std::string::npos) bench.plain(s);
+    if (fused) {
+        printf("\n%-36s %9s %9s %6s\n", "fused program (1.5B shape)", "ms", "plain ms", "ratio");
+        bench.fused_programs();
+    }
+    printf("\n");
+    for (const Row& r : bench.fused_rows) printf("fused %-36s %.3fx plain\n", r.label.c_str(), r.ours_ms / r.ref_ms);
+    printf("geomean cuBLASLt/ours (speed ratio ours vs cuBLASLt) over %zu shapes: %.4f\n", bench.plain_rows.size(),
+           geomean(bench.plain_rows, true));
+    if (bench.failures) printf("%d shapes FAILED the check against cuBLASLt\n", bench.failures);
+    return bench.failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        fprintf(stderr, "bench_gemm: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,162 @@
+#include "coda_kernels.cuh"
+#include "coda_programs.cuh"
+
+namespace codagpt {
+
+namespace {
+
+constexpr int kFoldCols = 32, kFoldSplit = 8;  // a fold block: 32 columns (or 8), 8 slices of k
+constexpr int kThreads = 256;
+
+// Row-major W [K, N]: thread (tx, ty) sums column j = 32 * blockIdx.x + tx over k = ty, ty + 8, ...
+// (a warp reads 32 consecutive floats per k); the 8 slices are added in slice order.
+__global__ void __launch_bounds__(kFoldCols* kFoldSplit)
+    fold_layernorm_rows_kernel(bf16* w_folded, float* c, float* b_folded, const float* w, const float* gamma, const float* beta,
+                     const float* b, int K, int N) {
+    __shared__ float s_c[kFoldSplit][kFoldCols], s_b[kFoldSplit][kFoldCols];
+    const int tx = threadIdx.x % kFoldCols, ty = threadIdx.x / kFoldCols, layer = blockIdx.y;
+    const int j = blockIdx.x * kFoldCols + tx;
+    const long wofs = (long)layer * K * N;
+    gamma += (long)layer * K, beta += (long)layer * K;
+    float sum_c = 0.f, sum_b = 0.f;
+    if (j < N)
+        for (int k = ty; k < K; k += kFoldSplit) {
+            const float w_kj = w[wofs + (long)k * N + j];
+            const bf16 folded = __float2bfloat16(gamma[k] * w_kj);
+            w_folded[wofs + (long)k * N + j] = folded;
+            sum_c += __bfloat162float(folded);  // c from the bf16 W~ the GEMM multiplies by
+            sum_b = fmaf(beta[k], w_kj, sum_b);
+        }
+    s_c[ty][tx] = sum_c;
+    s_b[ty][tx] = sum_b;
+    __syncthreads();
+    if (ty == 0 && j < N) {
+        for (int s = 1; s < kFoldSplit; s++) sum_c += s_c[s][tx], sum_b += s_b[s][tx];
+        c[(long)layer * N + j] = sum_c;
+        b_folded[(long)layer * N + j] = sum_b + (b ? b[(long)layer * N + j] : 0.f);
+    }
+}
+
+// W stored as W^T [N, K]: warp ty sums column j = 8 * blockIdx.x + ty (a contiguous row of W^T)
+// with its lanes over k, then an xor butterfly (a fixed order).
+__global__ void __launch_bounds__(32 * kFoldSplit)
+    fold_layernorm_transposed_kernel(bf16* w_folded, float* c, float* b_folded, const float* w, const float* gamma,
+                           const float* beta, const float* b, int K, int N) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, layer = blockIdx.y;
+    const int j = blockIdx.x * kFoldSplit + warp;
+    if (j >= N) return;
+    const long row = (long)layer * K * N + (long)j * K;
+    gamma += (long)layer * K, beta += (long)layer * K;
+    float sum_c = 0.f, sum_b = 0.f;
+    for (int k = lane; k < K; k += 32) {
+        const float w_kj = w[row + k];
+        const bf16 folded = __float2bfloat16(gamma[k] * w_kj);
+        w_folded[row + k] = folded;
+        sum_c += __bfloat162float(folded);
+        sum_b = fmaf(beta[k], w_kj, sum_b);
+    }
+    for (int mask = 1; mask < 32; mask *= 2) {
+        sum_c += __shfl_xor_sync(0xffffffffu, sum_c, mask);
+        sum_b += __shfl_xor_sync(0xffffffffu, sum_b, mask);
+    }
+    if (lane == 0) {
+        c[(long)layer * N + j] = sum_c;
+        b_folded[(long)layer * N + j] = sum_b + (b ? b[(long)layer * N + j] : 0.f);
+    }
+}
+
+__global__ void finalize_row_stats_kernel(float* mu, float* rstd, const float* partials, int M, int n_tiles) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= M) return;
+    const coda::RowStats s = coda::finalize_row_stats(partials, i, n_tiles);
+    mu[i] = s.mu;
+    rstd[i] = s.rstd;
+}
+
+__global__ void finalize_loss_kernel(float* lse, float* loss, const float* partials, const float* target_logit, int M,
+                                  int n_tiles) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= M) return;
+    const coda::TokenLoss t = coda::finalize_loss(partials, i, n_tiles, target_logit[i]);
+    lse[i] = t.lse;
+    loss[i] = t.loss;
+}
+
+// Threads 0..M-1 take the rows, M..M+N-1 the columns.
+__global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, float* v, float* bias_grad,
+                                     const float* m1_partials, const float* m2_partials, const float* db_partials,
+                                     const float* v_partials, int M, int N, int K, int tiles_n, int tiles_m) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < M) {
+        m1[t] = coda::finalize_row_sum(m1_partials, t, tiles_n, 1.f / K);
+        m2[t] = coda::finalize_row_sum(m2_partials, t, tiles_n, 1.f / K);
+    } else if (t < M + N) {
+        const int j = t - M;
+        const float col = coda::finalize_col_sum(db_partials, j, tiles_m, N);
+        db[j] = col;
+        v[j] = coda::finalize_col_sum(v_partials, j, tiles_m, N);
+        if (bias_grad) bias_grad[j] += col;
+    }
+}
+
+__global__ void finalize_ln_grads_kernel(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
+                                int K, int n_tiles) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= K) return;
+    dgamma[k] += coda::finalize_row_sum(dgamma_partials, k, n_tiles);
+    dbeta[k] += coda::finalize_row_sum(dbeta_partials, k, n_tiles);
+}
+
+__global__ void finalize_bias_grad_kernel(float* bias_grad, const float* partials, int N, int n_tiles) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < N) bias_grad[j] += coda::finalize_col_sum(partials, j, n_tiles, N);
+}
+
+}  // namespace
+
+void coda_fold_layernorm(bf16* w_folded, float* c, float* b_folded, const float* w, bool transposed,
+                         const float* gamma, const float* beta, const float* b, int K, int N, int layers,
+                         cudaStream_t stream) {
+    if (transposed) {
+        fold_layernorm_transposed_kernel<<<dim3(ceil_div(N, kFoldSplit), layers), 32 * kFoldSplit, 0, stream>>>(
+            w_folded, c, b_folded, w, gamma, beta, b, K, N);
+        CUDA_CHECK_LAUNCH(fold_layernorm_transposed_kernel);
+    } else {
+        fold_layernorm_rows_kernel<<<dim3(ceil_div(N, kFoldCols), layers), kFoldCols * kFoldSplit, 0, stream>>>(
+            w_folded, c, b_folded, w, gamma, beta, b, K, N);
+        CUDA_CHECK_LAUNCH(fold_layernorm_rows_kernel);
+    }
+}
+
+void coda_row_stats(float* mu, float* rstd, const float* partials, int M, int n_tiles, cudaStream_t stream) {
+    finalize_row_stats_kernel<<<ceil_div(M, kThreads), kThreads, 0, stream>>>(mu, rstd, partials, M, n_tiles);
+    CUDA_CHECK_LAUNCH(finalize_row_stats_kernel);
+}
+
+void coda_token_loss(float* lse, float* loss, const float* partials, const float* target_logit, int M, int n_tiles,
+                     cudaStream_t stream) {
+    finalize_loss_kernel<<<ceil_div(M, kThreads), kThreads, 0, stream>>>(lse, loss, partials, target_logit, M, n_tiles);
+    CUDA_CHECK_LAUNCH(finalize_loss_kernel);
+}
+
+void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* v, float* bias_grad, const float* m1_partials,
+                                 const float* m2_partials, const float* db_partials, const float* v_partials, int M,
+                                 int N, int K, int tiles_n, int tiles_m, cudaStream_t stream) {
+    finalize_fold_gradient_kernel<<<ceil_div((long)M + N, kThreads), kThreads, 0, stream>>>(
+        m1, m2, db, v, bias_grad, m1_partials, m2_partials, db_partials, v_partials, M, N, K, tiles_n, tiles_m);
+    CUDA_CHECK_LAUNCH(finalize_fold_gradient_kernel);
+}
+
+void coda_accumulate_ln_grads(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
+                              int K, int n_tiles, cudaStream_t stream) {
+    finalize_ln_grads_kernel<<<ceil_div(K, kThreads), kThreads, 0, stream>>>(dgamma, dbeta, dgamma_partials, dbeta_partials, K,
+                                                                     n_tiles);
+    CUDA_CHECK_LAUNCH(finalize_ln_grads_kernel);
+}
+
+void coda_accumulate_bias_grad(float* bias_grad, const float* partials, int N, int n_tiles, cudaStream_t stream) {
+    finalize_bias_grad_kernel<<<ceil_div(N, kThreads), kThreads, 0, stream>>>(bias_grad, partials, N, n_tiles);
+    CUDA_CHECK_LAUNCH(finalize_bias_grad_kernel);
+}
+
+}  // namespace codagpt

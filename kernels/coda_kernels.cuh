@@ -1,0 +1,42 @@
+// The small kernels of the fused (CODA) path beside its GEMMs (../shared/design/CODA_GPT2.md):
+// folding each LayerNorm into the weights of the GEMM that consumes it, once per optimizer step,
+// and the "tiny reduce" kernels that merge the partials the GEMM epilogues write. Each finalize
+// kernel is one thread per row or column calling the finalize function of coda_programs.cuh,
+// where its formula lives; partials are merged in tile order, so results are deterministic.
+// Partials layouts are epilogue.cuh's: rows [M, n_tiles, words], columns [n_tiles, N, words].
+#pragma once
+#include "common.cuh"
+
+namespace codagpt {
+
+// For `layers` stacked LayerNorm + linear pairs (gamma, beta [K] and W [K, N], b [N] per layer):
+//   W~ = diag(gamma) W (bf16), c = column sums of that bf16 W~, b~ = beta W + b (b may be null).
+// w is the fp32 master weight, row-major [K, N], or with `transposed` stored as W^T [N, K] (the
+// tied LM head: W = wte^T); w_folded is written in w's layout. Strides between layers: K*N for
+// w and w_folded, K for gamma and beta, N for b, c and b_folded.
+void coda_fold_layernorm(bf16* w_folded, float* c, float* b_folded, const float* w, bool transposed,
+                         const float* gamma, const float* beta, const float* b, int K, int N, int layers,
+                         cudaStream_t stream);
+
+// LayerNorm statistics (mu, rstd) of M rows from ResidualForward / ResidualStats Welford partials.
+void coda_row_stats(float* mu, float* rstd, const float* partials, int M, int n_tiles, cudaStream_t stream);
+
+// lse and cross-entropy of M tokens from LmHeadForward's (max, sum-exp) partials and target logits.
+void coda_token_loss(float* lse, float* loss, const float* partials, const float* target_logit, int M, int n_tiles,
+                     cudaStream_t stream);
+
+// The finalize of a dz producer (FoldGradient) of a folded GEMM with M tokens, N outputs and K
+// inputs: m1, m2 = row sums / K; db, v = column sums; bias_grad (may be null) += db, the bias
+// gradient of the folded GEMM.
+void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* v, float* bias_grad, const float* m1_partials,
+                                 const float* m2_partials, const float* db_partials, const float* v_partials, int M,
+                                 int N, int K, int tiles_n, int tiles_m, cudaStream_t stream);
+
+// LnBackwardW's row partials: dgamma[k] += row sum, dbeta[k] += row sum, for the K rows.
+void coda_accumulate_ln_grads(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
+                              int K, int n_tiles, cudaStream_t stream);
+
+// LnBackwardX's column partials: bias_grad[j] += column sum, for the N columns.
+void coda_accumulate_bias_grad(float* bias_grad, const float* partials, int N, int n_tiles, cudaStream_t stream);
+
+}  // namespace codagpt

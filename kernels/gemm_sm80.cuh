@@ -1,0 +1,199 @@
+// The portable mainloop of the CODA GEMM engine: cp.async + ldmatrix + mma.sync m16n8k16 (bf16 in,
+// fp32 accumulators), for sm_80 and newer: the A100 path, and the one that runs the passes without
+// a GEMM (K = 0) everywhere. gemm.cuh picks between it and the Hopper mainloop.
+//
+// One block of 4 warps per 128 x 128 output tile; the warps form a 2 x 2 grid of 64 x 64 warp
+// tiles (4 x 8 mma fragments, 128 fp32 accumulators a thread). K advances in steps of 32 through
+// a 4-stage ring of shared-memory tiles filled by cp.async, so three tiles are in flight while
+// the fourth is multiplied. Each operand tile is stored as it lies in global memory:
+//   K-major (A row-major, B transposed): 128 rows x 32 k, fragments by ldmatrix;
+//   MN-major (A transposed, B row-major): 32 k x 128 columns, fragments by ldmatrix.trans;
+// rows padded by 16 bytes so that the 8 rows an ldmatrix phase reads fall on distinct banks.
+// Edge tiles: 16-byte chunks outside M x K (N x K) are zero-filled by cp.async (src-size 0), so
+// nothing outside the operands is read and the zeros add nothing; the epilogue skips elements
+// outside M x N. Blocks walk the tiles in groups of 8 tile rows, column by column, so that a
+// group's A rows stay in L2 while B streams through.
+#pragma once
+#include <stdint.h>
+
+#include <algorithm>
+
+#include "common.cuh"
+#include "gemm_emulator.hpp"
+#include "gemm_epilogue.cuh"
+#include "gemm_types.cuh"
+
+namespace codagpt::coda::sm80 {
+
+constexpr int kBM = 128, kBN = 128, kBK = 32;  // block tile
+constexpr int kStages = 4;
+constexpr int kWarpsM = 2, kWarpsN = 2, kThreads = 32 * kWarpsM * kWarpsN;
+constexpr int kFM = kBM / kWarpsM / 16, kFN = kBN / kWarpsN / 8;  // mma fragments of a warp tile
+constexpr int kGroupRows = 8;                                     // tile rows of a raster group
+
+// One stage of one operand's shared tile (kBM == kBN, so A and B tiles have the same shapes).
+template <bool KMAJOR>
+struct OperandTile {
+    static constexpr int kRows = KMAJOR ? kBM : kBK;
+    static constexpr int kStride = (KMAJOR ? kBK : kBM) + 8;  // +16 bytes: conflict-free ldmatrix
+    static constexpr int kElems = kRows * kStride;
+    static constexpr int kChunksPerRow = (KMAJOR ? kBK : kBM) / 8;
+};
+template <bool A_KMAJOR, bool B_KMAJOR>
+constexpr size_t kRingBytes = (size_t)kStages * (OperandTile<A_KMAJOR>::kElems + OperandTile<B_KMAJOR>::kElems) * sizeof(bf16);
+
+// ---------------------------------------------------------------- PTX
+__device__ inline uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// 16-byte global -> shared copy; zero-fills the destination instead when !valid (src-size 0, src unread).
+__device__ inline void cp_async16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+template <bool TRANS>
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(smem_addr(p)));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(smem_addr(p)));
+}
+
+// d += a (16 x 16) b (16 x 8), bf16 in, fp32 accumulate.
+__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---------------------------------------------------------------- tiles
+// Copies the operand's rows r0..r0+127 (of R) x k0..k0+31 (of K) into a stage tile; element (r, k)
+// of the operand lives at p[r*ld + k] (K-major) or p[k*ld + r] (MN-major).
+template <bool KMAJOR>
+__device__ inline void load_tile(bf16* tile, const bf16* p, long ld, int r0, int k0, int R, int K, int tid) {
+    using Tile = OperandTile<KMAJOR>;
+#pragma unroll
+    for (int c = tid; c < Tile::kRows * Tile::kChunksPerRow; c += kThreads) {
+        const int row = c / Tile::kChunksPerRow, col = c % Tile::kChunksPerRow * 8;
+        const int r = KMAJOR ? r0 + row : r0 + col, k = KMAJOR ? k0 + col : k0 + row;
+        const bool valid = r < R && k < K;  // R and K are multiples of 8: a chunk is all in or all out
+        const bf16* src = valid ? p + (KMAJOR ? (long)r * ld + k : (long)k * ld + r) : p;
+        cp_async16(tile + row * Tile::kStride + col, src, valid);
+    }
+}
+
+// The A fragment of rows m0..m0+15, k0..k0+15 (matrices: rows +0/+8 at k +0, then at k +8).
+template <bool KMAJOR>
+__device__ inline void load_a(uint32_t (&a)[4], const bf16* tile, int m0, int k0, int lane) {
+    constexpr int S = OperandTile<KMAJOR>::kStride;
+    const int row8 = 8 * ((lane >> 3) & 1), k8 = 8 * (lane >> 4);
+    if constexpr (KMAJOR) ldmatrix_x4<false>(a, tile + (m0 + (lane & 7) + row8) * S + k0 + k8);
+    else ldmatrix_x4<true>(a, tile + (k0 + (lane & 7) + k8) * S + m0 + row8);
+}
+// The B fragments of columns n0..n0+15, k0..k0+15: b[0], b[1] for the n8 tile n0, b[2], b[3] for
+// n0 + 8 (matrices: k +0/+8 at n +0, then at n +8).
+template <bool KMAJOR>
+__device__ inline void load_b(uint32_t (&b)[4], const bf16* tile, int n0, int k0, int lane) {
+    constexpr int S = OperandTile<KMAJOR>::kStride;
+    const int k8 = 8 * ((lane >> 3) & 1), col8 = 8 * (lane >> 4);
+    if constexpr (KMAJOR) ldmatrix_x4<false>(b, tile + (n0 + (lane & 7) + col8) * S + k0 + k8);
+    else ldmatrix_x4<true>(b, tile + (k0 + (lane & 7) + k8) * S + n0 + col8);
+}
+
+struct BlockSync {
+    __device__ void operator()() const { __syncthreads(); }
+};
+
+// ---------------------------------------------------------------- the kernel
+template <class P, bool A_KMAJOR, bool B_KMAJOR>
+__global__ void __launch_bounds__(kThreads) gemm_kernel(const P program, const GemmProblem prob) {
+    using ATile = OperandTile<A_KMAJOR>;
+    using BTile = OperandTile<B_KMAJOR>;
+    using Epilogue = TileEpilogue<P, kFM, kFN, 16, kWarpsM, kWarpsN>;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16* a_ring = reinterpret_cast<bf16*>(smem);
+    bf16* b_ring = a_ring + kStages * ATile::kElems;
+
+    const int M = prob.M, N = prob.N, K = prob.K;
+    const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + kBN - 1) / kBN;
+    const int group_tiles = kGroupRows * tiles_n, first_m = blockIdx.x / group_tiles * kGroupRows;
+    const int group_rows = min(tiles_m - first_m, kGroupRows), in_group = blockIdx.x % group_tiles;
+    const int tile_m = first_m + in_group % group_rows, tile_n = in_group / group_rows;
+    const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
+    const int k_tiles = (K + kBK - 1) / kBK;
+
+    auto load_stage = [&](int stage, int kt) {
+        load_tile<A_KMAJOR>(a_ring + stage * ATile::kElems, prob.a.p, prob.a.layout.ld, m0, kt * kBK, M, K, tid);
+        load_tile<B_KMAJOR>(b_ring + stage * BTile::kElems, prob.b.p, prob.b.layout.ld, n0, kt * kBK, N, K, tid);
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; s++) {
+        if (s < k_tiles) load_stage(s, s);
+        cp_async_commit();  // empty groups too, so that the wait below counts stages
+    }
+
+    float acc[kFM][kFN][4] = {};
+    for (int kt = 0; kt < k_tiles; kt++) {
+        cp_async_wait<kStages - 2>();  // tile kt has landed (this thread's copies) ...
+        __syncthreads();               // ... everyone's; and stage (kt - 1) % kStages is read by all
+        const int next = kt + kStages - 1;
+        if (next < k_tiles) load_stage(next % kStages, next);
+        cp_async_commit();
+
+        const bf16* a_tile = a_ring + (kt % kStages) * ATile::kElems;
+        const bf16* b_tile = b_ring + (kt % kStages) * BTile::kElems;
+#pragma unroll
+        for (int kk = 0; kk < kBK; kk += 16) {
+            uint32_t a[kFM][4], b[kFN / 2][4];
+#pragma unroll
+            for (int fm = 0; fm < kFM; fm++) load_a<A_KMAJOR>(a[fm], a_tile, warp_m * kFM * 16 + fm * 16, kk, lane);
+#pragma unroll
+            for (int fn = 0; fn < kFN / 2; fn++) load_b<B_KMAJOR>(b[fn], b_tile, warp_n * kFN * 8 + fn * 16, kk, lane);
+#pragma unroll
+            for (int fm = 0; fm < kFM; fm++)
+#pragma unroll
+                for (int fn = 0; fn < kFN; fn++) mma_bf16(acc[fm][fn], a[fm], b[fn / 2][2 * (fn % 2)], b[fn / 2][2 * (fn % 2) + 1]);
+        }
+    }
+    // The ring is idle from here on: the epilogue's cross-warp combine reuses it.
+    cp_async_wait<0>();
+    __syncthreads();
+    Epilogue::run(program, acc, m0 + warp_m * kFM * 16, n0 + warp_n * kFN * 8, warp_m, warp_n, tile_m, tile_n,
+                  tiles_m, tiles_n, M, N, smem, BlockSync{});
+}
+
+// ---------------------------------------------------------------- host side
+inline TileShape tile_shape(const GemmProblem&) { return TileShape{kBM, kBN, {4, 2}, {8, 1}}; }
+
+template <class P, bool A_KMAJOR, bool B_KMAJOR>
+void launch(const P& program, const GemmProblem& prob, cudaStream_t stream) {
+    constexpr size_t smem = std::max(kRingBytes<A_KMAJOR, B_KMAJOR>, TileEpilogue<P, kFM, kFN, 16, kWarpsM, kWarpsN>::kSmemBytes);
+    auto kernel = gemm_kernel<P, A_KMAJOR, B_KMAJOR>;
+    // Per call rather than once: the attribute is per device, and the call costs about a microsecond.
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const long blocks = (long)n_tiles(prob.M, kBM) * n_tiles(prob.N, kBN);
+    kernel<<<(unsigned)blocks, kThreads, smem, stream>>>(program, prob);
+    CUDA_CHECK_LAUNCH(sm80::gemm_kernel);
+}
+
+// out = program(A B) for a validated problem (gemm.cuh checks it); K = 0 runs the epilogue on acc = 0.
+template <class P>
+void gemm(const P& program, const GemmProblem& prob, cudaStream_t stream) {
+    const bool a_kmajor = !prob.a.layout.transposed, b_kmajor = prob.b.layout.transposed;
+    if (a_kmajor && b_kmajor) launch<P, true, true>(program, prob, stream);
+    else if (a_kmajor) launch<P, true, false>(program, prob, stream);
+    else if (b_kmajor) launch<P, false, true>(program, prob, stream);
+    else launch<P, false, false>(program, prob, stream);
+}
+
+}  // namespace codagpt::coda::sm80

@@ -1,0 +1,587 @@
+// The Hopper (sm_90a) mainloop of the CODA GEMM engine: out[M, N] = program(A[M, K] B[K, N]).
+//
+// One persistent CTA per SM, 3 warpgroups:
+//   warpgroup 0, the producer: one thread issues TMA loads (cp.async.bulk.tensor, 128-byte swizzle,
+//     out-of-bounds elements zero-filled by the copy engine) of A and B k-blocks into a ring of
+//     shared-memory stages; each stage has a "full" mbarrier (the copy engine's byte count) and an
+//     "empty" one (one arrival per consumer warp once its wgmmas that read the stage completed).
+//     It gives its registers to the consumers (setmaxnreg.dec) and runs ahead into the next tile
+//     while the consumers run this tile's epilogue.
+//   warpgroups 1 and 2, the consumers: each owns half of the tile's rows (BM/2) and all BN columns,
+//     issues wgmma m64nBNk16 (bf16 in, fp32 accumulators in registers) straight from the stages,
+//     keeps one k-block of wgmmas in flight while it waits for the next, and runs the epilogue
+//     program on its accumulators.
+// Tiles are dealt to CTAs round robin in a grouped order (GROUP_M M-tiles side by side, M fastest),
+// so the CTAs in flight share A rows and B columns in L2.
+//
+// Operand layouts (gemm_types.cuh), as wgmma sees them:
+//   A row-major [M, K]          = K-major: one TMA box {64 k, BM rows}; no transpose bit.
+//   A stored transposed [K, M]  = M-major: BM/64 boxes {64 m, 64 k}; transpose bit set.
+//   B row-major [K, N]          = N-major: BN/64 boxes {64 n, 64 k}; transpose bit set.
+//   B stored transposed [N, K]  = K-major: one box {64 k, BN rows}; no transpose bit.
+// A box row is 64 bf16 = 128 bytes = one 128-byte swizzle row, so every stage is made of 8-row,
+// 1024-byte swizzle atoms: the wgmma descriptors step 1024 bytes between 8-row groups (SBO) and,
+// for MN-major operands, 64 rows * 128 bytes between 64-element atoms along M or N (LBO).
+#pragma once
+#include <cuda.h>  // CUtensorMap and its enums (types only: the driver entry point is fetched at run time)
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <string>
+
+#include "common.cuh"
+#include "gemm_emulator.hpp"
+#include "gemm_epilogue.cuh"
+#include "gemm_types.cuh"
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CODA_SM90_DEVICE 1
+#endif
+
+namespace codagpt::coda::sm90 {
+
+// ---------------------------------------------------------------- tile configurations
+// Tile shapes this mainloop is built for. 128x256 and 256x128 do the same work per k-block (the
+// most a consumer's 232 registers hold: 128 fp32 accumulators per thread); which one wastes less
+// on edge tiles and wave tails depends on M and N. 128x128 halves the tile for small outputs.
+// Cooperative: the two consumers split one tile's rows and run its epilogue together, the tensor
+// cores idle meanwhile. Ping-pong: each consumer owns whole tiles (every other tile of the CTA);
+// the producer fills the ring in tile order, so one consumer's mainloop runs while the other
+// runs its epilogue, and the epilogue's stores drain behind the other's wgmmas.
+enum class Tile { k128x256, k256x128, k128x128, kPingPong128x128 };
+constexpr Tile kTiles[] = {Tile::k128x256, Tile::k256x128, Tile::k128x128, Tile::kPingPong128x128};
+constexpr int kNumTiles = 4;
+inline const char* tile_name(Tile t) {
+    switch (t) {
+        case Tile::k128x256: return "128x256";
+        case Tile::k256x128: return "256x128";
+        case Tile::k128x128: return "128x128";
+        default: return "pp128x128";
+    }
+}
+
+template <int BM_, int BN_, int STAGES_, bool PINGPONG_>
+struct Config {
+    static constexpr int BM = BM_, BN = BN_, BK = 64, STAGES = STAGES_;
+    static constexpr bool PINGPONG = PINGPONG_;
+    static constexpr int WG_ROWS = PINGPONG ? BM : BM / 2;  // rows of one consumer warpgroup
+    static constexpr int FM = WG_ROWS / 64;  // m64 wgmmas per k16 step per consumer
+    static constexpr int FN = BN / 8;        // n8 accumulator fragments per wgmma row block
+    static constexpr int WARPS_M = PINGPONG ? 4 : 8;  // warps running one tile's epilogue, stacked along M
+    static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
+    static constexpr int GROUP_M = 16;
+    static_assert(FM >= 1 && FM * BN <= 256 && (BN == 128 || BN == 256),
+                  "wgmma wrappers exist for n128 and n256; 128 accumulators per thread at most");
+};
+using Cfg128x256 = Config<128, 256, 4, false>;
+using Cfg256x128 = Config<256, 128, 4, false>;
+using Cfg128x128 = Config<128, 128, 6, false>;
+using CfgPingPong128x128 = Config<128, 128, 6, true>;
+
+constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128*40 + 256*232 <= 64K registers
+// Named barriers of the threads running one tile's epilogue (0 is __syncthreads): 1 for both
+// consumers (cooperative), 1 + consumer for one (ping-pong).
+constexpr int kEpilogueBarrier = 1;
+// Ping-pong order: consumer c may start a tile's mainloop once barrier kOrderBarrier + c is
+// complete, i.e. once the other consumer has issued its previous tile's wgmmas. Then every ring
+// slot before this tile's first is filled, so the stage barriers are at most one phase behind
+// and their parity waits cannot mistake an older phase for the awaited one.
+constexpr int kOrderBarrier = 3;
+
+template <class Cfg, class P>
+using EpilogueOf = TileEpilogue<P, Cfg::FM, Cfg::FN, 64, Cfg::WARPS_M, 1>;
+
+template <class Cfg, class P>
+struct SmemLayout {
+    static constexpr int kEpilogueBytes = (int)EpilogueOf<Cfg, P>::kSmemBytes;  // per concurrent tile
+    static constexpr int a = 0;
+    static constexpr int b = a + Cfg::STAGES * Cfg::A_BYTES;
+    static constexpr int bars = b + Cfg::STAGES * Cfg::B_BYTES;  // full[STAGES], empty[STAGES]
+    static constexpr int epilogue = (bars + 2 * Cfg::STAGES * 8 + 127) / 128 * 128;
+    static constexpr int bytes = epilogue + (Cfg::PINGPONG ? 2 : 1) * kEpilogueBytes;
+    static constexpr int launch_bytes = bytes + 1024;  // room to align the base to a swizzle atom
+    static_assert(launch_bytes <= 227 * 1024, "shared memory of the tile configuration");
+};
+
+struct Params {
+    CUtensorMap tma_a, tma_b;
+    int M, N, K;
+    int tiles_m, tiles_n, k_blocks;
+};
+
+// Grouped tile order: tile t -> (tm, tn) with GROUP_M M-tiles per group, M fastest in a group.
+struct TileCoord {
+    int m, n;
+};
+__host__ __device__ inline TileCoord tile_coord(int t, int tiles_m, int tiles_n, int group_m) {
+    const int per_group = group_m * tiles_n;
+    const int first_m = (t / per_group) * group_m;
+    const int rows = min(group_m, tiles_m - first_m);
+    const int local = t % per_group;
+    return {first_m + local % rows, local / rows};
+}
+
+#ifdef CODA_SM90_DEVICE
+// ---------------------------------------------------------------- PTX wrappers (sm_90a only)
+namespace ptx {
+
+__device__ inline uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ inline void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+__device__ inline void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ inline void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` has completed. A fresh barrier counts its previous
+// phase (parity 1) as completed, so the producer's first pass over the empty barriers falls through.
+__device__ inline void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+__device__ inline void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int outer, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+            dst),
+        "l"(map), "r"(inner), "r"(outer), "r"(bar)
+        : "memory");
+}
+
+__device__ inline void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ inline void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ inline void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving reads of an accumulator across wgmma_wait.
+__device__ inline void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+template <int Regs>
+__device__ inline void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Regs));
+}
+template <int Regs>
+__device__ inline void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Regs));
+}
+
+// wgmma shared-memory descriptor of a 128-byte-swizzled operand: start address, LBO and SBO in
+// 16-byte units, layout type 1 (128B swizzle) in bits 62-63.
+__device__ inline uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 |
+           (uint64_t)1 << 62;
+}
+
+// d[64 x N] (+)= A[64 x 16] B[16 x N], both from shared memory; accumulate=false overwrites d.
+// TA / TB: the transpose bits (1 = M-major A, N-major B).
+template <int N, int TA, int TB>
+struct Wgmma;
+
+template <int TA, int TB>
+struct Wgmma<128, TA, TB> {
+    __device__ static void run(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+        asm volatile(
+            "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+            "%64, %65, p, 1, 1, %67, %68;\n}"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+              "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+              "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+              "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+              "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+              "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+              "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(a), "l"(b), "r"(accumulate), "n"(TA), "n"(TB));
+    }
+};
+
+template <int TA, int TB>
+struct Wgmma<256, TA, TB> {
+    __device__ static void run(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
+        asm volatile(
+            "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+            "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+            "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+            "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+            "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+            "%128, %129, p, 1, 1, %131, %132;\n}"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+              "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+              "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+              "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+              "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+              "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+              "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+              "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+              "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]),
+              "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),
+              "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]),
+              "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
+              "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
+              "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+              "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+              "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+            : "l"(a), "l"(b), "r"(accumulate), "n"(TA), "n"(TB));
+    }
+};
+
+}  // namespace ptx
+#endif  // CODA_SM90_DEVICE
+
+// The barrier of the threads running one tile's epilogue, handed to the driver.
+template <int THREADS>
+struct EpilogueSync {
+    int id;
+    __device__ void operator()() const { asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(THREADS) : "memory"); }
+};
+
+// ---------------------------------------------------------------- the kernel
+template <class Cfg, bool A_MMAJOR, bool B_NMAJOR, class P>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_kernel(const __grid_constant__ Params params, const __grid_constant__ P program) {
+#ifdef CODA_SM90_DEVICE
+    using Smem = SmemLayout<Cfg, P>;
+    extern __shared__ uint8_t smem_raw[];
+    // 128-byte swizzle atoms must start at 1024-byte boundaries (the swizzle is a function of the address).
+    uint8_t* smem = (uint8_t*)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    const uint32_t smem_a = ptx::smem_addr(smem + Smem::a), smem_b = ptx::smem_addr(smem + Smem::b);
+    const uint32_t full_bar = ptx::smem_addr(smem + Smem::bars), empty_bar = full_bar + 8 * Cfg::STAGES;
+
+    const int tiles = params.tiles_m * params.tiles_n;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < Cfg::STAGES; s++) {
+            ptx::mbar_init(full_bar + 8 * s, 1);                          // the producer's expect_tx
+            ptx::mbar_init(empty_bar + 8 * s, Cfg::WARPS_M);  // one arrival per warp reading the stage
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int warpgroup = threadIdx.x / 128;
+    if (warpgroup == 0) {
+        // ------------------------------------------------ producer
+        ptx::setmaxnreg_dec<kProducerRegs>();
+        if (threadIdx.x != 0) return;
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const TileCoord tc = tile_coord(t, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
+            const int m0 = tc.m * Cfg::BM, n0 = tc.n * Cfg::BN;
+            for (int kb = 0; kb < params.k_blocks; kb++) {
+                const int k0 = kb * Cfg::BK;
+                const uint32_t full = full_bar + 8 * stage;
+                ptx::mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+                ptx::mbar_expect_tx(full, Cfg::A_BYTES + Cfg::B_BYTES);
+                const uint32_t a = smem_a + stage * Cfg::A_BYTES, b = smem_b + stage * Cfg::B_BYTES;
+                if constexpr (A_MMAJOR) {
+#pragma unroll
+                    for (int c = 0; c < Cfg::BM / 64; c++) ptx::tma_load_2d(a + c * 8192, &params.tma_a, m0 + 64 * c, k0, full);
+                } else {
+                    ptx::tma_load_2d(a, &params.tma_a, k0, m0, full);
+                }
+                if constexpr (B_NMAJOR) {
+#pragma unroll
+                    for (int c = 0; c < Cfg::BN / 64; c++) ptx::tma_load_2d(b + c * 8192, &params.tma_b, n0 + 64 * c, k0, full);
+                } else {
+                    ptx::tma_load_2d(b, &params.tma_b, k0, n0, full);
+                }
+                if (++stage == Cfg::STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+    } else {
+        // ------------------------------------------------ consumers
+        ptx::setmaxnreg_inc<kConsumerRegs>();
+        const int consumer = warpgroup - 1;  // which half of the tile's rows, or (ping-pong) which tiles
+        const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        // acc[fm][fn][4]: wgmma's m64nN accumulator, fragment (fm, fn) of this warp at rows
+        // warp_row0 + fm*64 + {g, g+8}, columns fn*8 + 2t + {0, 1} (lane = 4g + t).
+        float acc[Cfg::FM][Cfg::FN][4];
+#pragma unroll
+        for (int fm = 0; fm < Cfg::FM; fm++)
+#pragma unroll
+            for (int fn = 0; fn < Cfg::FN; fn++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[fm][fn][q] = 0.f;
+
+        // Descriptor bases of this consumer's rows of A and of B, for stage 0 and k16 step 0.
+        // K-major: rows at 128 bytes, k16 steps 32 bytes along the swizzled row.
+        // MN-major: 64-element atoms of 64 k-rows (8192 bytes), k16 steps 16 rows = 2048 bytes.
+        constexpr uint32_t kAStep = A_MMAJOR ? 2048 : 32, kBStep = B_NMAJOR ? 2048 : 32;
+        const uint32_t a_row0 = Cfg::PINGPONG ? 0 : consumer * Cfg::WG_ROWS;
+        const uint32_t a_base = smem_a + (A_MMAJOR ? a_row0 / 64 * 8192 : a_row0 * 128);
+        constexpr uint32_t kAFmStride = A_MMAJOR ? 8192 : 64 * 128;
+        using Mma = ptx::Wgmma<Cfg::BN, A_MMAJOR ? 1 : 0, B_NMAJOR ? 1 : 0>;
+        using Epilogue = EpilogueOf<Cfg, P>;
+        const EpilogueSync<Cfg::WARPS_M * 32> sync{kEpilogueBarrier + (Cfg::PINGPONG ? consumer : 0)};
+        uint8_t* epilogue_smem = smem + Smem::epilogue + (Cfg::PINGPONG ? consumer * Smem::kEpilogueBytes : 0);
+        const int warp_m = Cfg::PINGPONG ? warp : consumer * 4 + warp;
+
+        // The CTA's i-th tile is blockIdx.x + i * gridDim.x; its k-blocks are ring slots
+        // i * k_blocks ... in the order the producer fills them.
+        const int first = Cfg::PINGPONG ? consumer : 0, step = Cfg::PINGPONG ? 2 : 1;
+        for (int i = first, t = blockIdx.x + first * gridDim.x; t < tiles; i += step, t += step * gridDim.x) {
+            const TileCoord tc = tile_coord(t, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
+            const long slot = (long)i * params.k_blocks;
+            int stage = (int)(slot % Cfg::STAGES);
+            uint32_t phase = (uint32_t)(slot / Cfg::STAGES) & 1;
+            int prev_stage = -1;
+            if (Cfg::PINGPONG && i > 0) ptx::named_barrier_sync(kOrderBarrier + consumer, 256);
+            for (int kb = 0; kb < params.k_blocks; kb++) {
+                ptx::mbar_wait(full_bar + 8 * stage, phase);
+                ptx::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < Cfg::BK / 16; kk++) {
+                    const uint64_t b_desc = ptx::smem_desc(smem_b + stage * Cfg::B_BYTES + kk * kBStep, 8192, 1024);
+#pragma unroll
+                    for (int fm = 0; fm < Cfg::FM; fm++) {
+                        const uint64_t a_desc =
+                            ptx::smem_desc(a_base + stage * Cfg::A_BYTES + fm * kAFmStride + kk * kAStep, 8192, 1024);
+                        Mma::run(reinterpret_cast<float(&)[Cfg::BN / 2]>(acc[fm]), a_desc, b_desc, kb > 0 || kk > 0);
+                    }
+                }
+                ptx::wgmma_commit();
+                // The previous k-block's wgmmas are done once at most this one is in flight:
+                // its stage goes back to the producer.
+                ptx::wgmma_wait<1>();
+                if (prev_stage >= 0 && lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
+                prev_stage = stage;
+                if (++stage == Cfg::STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            if (Cfg::PINGPONG && t + gridDim.x < tiles) ptx::named_barrier_arrive(kOrderBarrier + 1 - consumer, 256);
+            ptx::wgmma_wait<0>();
+            if (lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
+#pragma unroll
+            for (int fm = 0; fm < Cfg::FM; fm++)
+#pragma unroll
+                for (int fn = 0; fn < Cfg::FN; fn++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) ptx::fence_operand(acc[fm][fn][q]);
+
+            Epilogue::run(program, acc, tc.m * Cfg::BM + a_row0 + warp * 16, tc.n * Cfg::BN, warp_m, 0, tc.m, tc.n,
+                          params.tiles_m, params.tiles_n, params.M, params.N, epilogue_smem, sync);
+        }
+    }
+#endif  // CODA_SM90_DEVICE
+}
+
+// ---------------------------------------------------------------- host side
+namespace detail {
+
+// Writes 1 where the code that runs was compiled for sm_90a (a build without it runs sm_80 code here).
+static __global__ void probe_kernel(int* has_sm90a) {
+#ifdef CODA_SM90_DEVICE
+    *has_sm90a = 1;
+#else
+    *has_sm90a = 0;
+#endif
+}
+
+struct DeviceInfo {
+    bool sm90a = false;
+    int sms = 0;
+};
+// Per process, for the current device at first use (the trainer uses one device per process).
+inline const DeviceInfo& device_info() {
+    static const DeviceInfo info = [] {
+        DeviceInfo d;
+        int dev = 0, major = 0, minor = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+        if (major == 9 && minor == 0) {
+            int* flag = nullptr;
+            int host = 0;
+            CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+            probe_kernel<<<1, 1>>>(flag);
+            CUDA_CHECK_LAUNCH(probe_kernel);
+            CUDA_CHECK(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaFree(flag));
+            d.sm90a = host == 1;
+        }
+        return d;
+    }();
+    return info;
+}
+
+inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void* p = nullptr;
+        cudaDriverEntryPointQueryResult status{};
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &status));
+        if (status != cudaDriverEntryPointSuccess || p == nullptr)
+            throw Error("sm90 GEMM: the driver has no cuTensorMapEncodeTiled");
+        return (PFN_cuTensorMapEncodeTiled_v12000)p;
+    }();
+    return fn;
+}
+
+// A bf16 matrix of `outer` rows of `inner` contiguous elements (leading dimension ld), read in
+// boxes of 64 x box_outer with 128-byte swizzle; out-of-bounds elements read as zero.
+inline CUtensorMap tensor_map(const char* name, const bf16* p, long inner, long outer, long ld, int box_outer) {
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+    const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_outer}, elem_strides[2] = {1, 1};
+    const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void*)p, dims, strides, box,
+                                      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        throw Error(std::string("sm90 GEMM: cuTensorMapEncodeTiled failed for operand ") + name + " (error " +
+                    std::to_string((int)r) + ")");
+    return map;
+}
+
+// Checks one operand of extent rows x cols (logical) against the engine's requirements.
+inline void check_operand(const char* name, const DeviceOperand& op, long rows, long cols) {
+    const long inner = op.layout.transposed ? rows : cols;
+    if (op.p == nullptr) throw Error(std::string("sm90 GEMM: operand ") + name + " is null");
+    if ((uintptr_t)op.p % 16 != 0)
+        throw Error(std::string("sm90 GEMM: operand ") + name + " is not 16-byte aligned");
+    if (op.layout.ld % 8 != 0 || op.layout.ld < inner)
+        throw Error(std::string("sm90 GEMM: operand ") + name + " has leading dimension " +
+                    std::to_string(op.layout.ld) + " (needs a multiple of 8, at least " + std::to_string(inner) + ")");
+}
+
+inline int tile_m(Tile t) { return t == Tile::k256x128 ? 256 : 128; }
+inline int tile_n(Tile t) { return t == Tile::k128x256 ? 256 : 128; }
+
+inline Tile choose_tile(const GemmProblem& prob, int sms) {
+    // Estimated time ~ (tiles per CTA) * tile area * cost per element of the configuration.
+    Tile best = Tile::k128x256;
+    double best_cost = 1e300;
+    for (Tile t : kTiles) {
+        const long tiles = (long)n_tiles(prob.M, tile_m(t)) * n_tiles(prob.N, tile_n(t));
+        // Ping-pong needs two tiles per CTA to keep both consumers busy (measured: 1024x1024x16384
+        // runs 0.115 ms ping-pong, 0.100 ms cooperative 128x128).
+        if (t == Tile::kPingPong128x128 && tiles < 2l * sms) continue;
+        const long per_cta = (tiles + sms - 1) / sms;
+        const double per_element = t == Tile::kPingPong128x128 ? 0.85 : t == Tile::k128x128 ? 1.15 : 1.0;
+        const double cost = (double)per_cta * tile_m(t) * tile_n(t) * per_element;
+        if (cost < best_cost) {
+            best = t;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
+template <class Cfg, bool A_MMAJOR, bool B_NMAJOR, class P>
+void launch(const P& program, const GemmProblem& prob, cudaStream_t stream) {
+    using Smem = SmemLayout<Cfg, P>;
+    auto kernel = gemm_kernel<Cfg, A_MMAJOR, B_NMAJOR, P>;
+    static const bool configured = [&] {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem::launch_bytes));
+        return true;
+    }();
+    (void)configured;
+    Params params;
+    params.M = prob.M;
+    params.N = prob.N;
+    params.K = prob.K;
+    params.tiles_m = n_tiles(prob.M, Cfg::BM);
+    params.tiles_n = n_tiles(prob.N, Cfg::BN);
+    params.k_blocks = n_tiles(prob.K, Cfg::BK);
+    // A: K-major [M rows of K] in one box of BM rows, or M-major [K rows of M] in 64x64 boxes.
+    params.tma_a = A_MMAJOR ? tensor_map("A", prob.a.p, prob.M, prob.K, prob.a.layout.ld, 64)
+                            : tensor_map("A", prob.a.p, prob.K, prob.M, prob.a.layout.ld, Cfg::BM);
+    params.tma_b = B_NMAJOR ? tensor_map("B", prob.b.p, prob.N, prob.K, prob.b.layout.ld, 64)
+                            : tensor_map("B", prob.b.p, prob.K, prob.N, prob.b.layout.ld, Cfg::BN);
+    const int grid = std::min(params.tiles_m * params.tiles_n, device_info().sms);
+    kernel<<<grid, kThreads, Smem::launch_bytes, stream>>>(params, program);
+    CUDA_CHECK_LAUNCH(gemm_kernel);
+}
+
+template <class Cfg, class P>
+void launch_layouts(const P& program, const GemmProblem& prob, cudaStream_t stream) {
+    const bool a_mmajor = prob.a.layout.transposed, b_nmajor = !prob.b.layout.transposed;
+    if (a_mmajor) {
+        if (b_nmajor) launch<Cfg, true, true>(program, prob, stream);
+        else launch<Cfg, true, false>(program, prob, stream);
+    } else {
+        if (b_nmajor) launch<Cfg, false, true>(program, prob, stream);
+        else launch<Cfg, false, false>(program, prob, stream);
+    }
+}
+
+// gemm() with the tile configuration given (the benchmark compares them).
+template <class P>
+void gemm_with_tile(const P& program, const GemmProblem& prob, Tile tile, cudaStream_t stream) {
+    if (prob.M <= 0 || prob.N <= 0 || prob.K <= 0)
+        throw Error("sm90 GEMM: empty problem M=" + std::to_string(prob.M) + " N=" + std::to_string(prob.N) +
+                    " K=" + std::to_string(prob.K));
+    check_operand("A", prob.a, prob.M, prob.K);
+    check_operand("B", prob.b, prob.K, prob.N);
+    switch (tile) {
+        case Tile::k128x256: launch_layouts<Cfg128x256>(program, prob, stream); break;
+        case Tile::k256x128: launch_layouts<Cfg256x128>(program, prob, stream); break;
+        case Tile::k128x128: launch_layouts<Cfg128x128>(program, prob, stream); break;
+        case Tile::kPingPong128x128: launch_layouts<CfgPingPong128x128>(program, prob, stream); break;
+    }
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------- the mainloop's interface
+// True on a compute capability 9.0 device when this binary carries sm_90a code for it.
+inline bool available() {
+    const detail::DeviceInfo& d = detail::device_info();
+    return d.sm90a;
+}
+
+// The tile shape and lane split gemm() uses for `prob` (callers size partials buffers from it):
+// a quad of threads shares a row (4 lanes of 2 adjacent columns, wgmma's accumulator layout), the
+// 8 row groups of a warp share a column.
+inline TileShape tile_shape(const GemmProblem& prob) {
+    const Tile t = detail::choose_tile(prob, detail::device_info().sms);
+    TileShape s;
+    s.bm = detail::tile_m(t);
+    s.bn = detail::tile_n(t);
+    s.rows = {4, 2};
+    s.cols = {8, 1};
+    return s;
+}
+
+template <class P>
+void gemm(const P& program, const GemmProblem& prob, cudaStream_t stream) {
+    detail::gemm_with_tile(program, prob, detail::choose_tile(prob, detail::device_info().sms), stream);
+}
+
+}  // namespace codagpt::coda::sm90

@@ -1,0 +1,485 @@
+// The fused (CODA) GPT-2 schedule on the GPU, step by step as ../shared/design/CODA_GPT2.md
+// numbers it and as GPT2CodaCPU (model_coda_cpu.cpp) runs it through the emulator: each GEMM is one
+// coda::gemm call with its epilogue program, each "tiny reduce" one finalize kernel of
+// kernels/coda_kernels.cuh. The formulas live in kernels/coda_programs.cuh, not here.
+//
+// A .cu file because the GEMM engine is header-only templates, instantiated here once per program.
+// Built without --use_fast_math: the epilogue programs' expf, logf and sqrtf round as the CPU
+// emulator's do.
+#include "model_coda_gpu.hpp"
+
+#include <string>
+
+#include "adamw.cuh"
+#include "attention.cuh"
+#include "coda_kernels.cuh"
+#include "coda_programs.cuh"
+#include "encoder.cuh"
+#include "gemm.cuh"
+#include "gpu_training.hpp"
+
+namespace codagpt {
+
+using namespace coda;
+
+namespace {
+
+// The smallest tile any mainloop uses (gemm_sm80.cuh: 128 x 128; gemm_sm90.cuh: 128 or 256 a
+// side): partials buffers are sized with it, so they hold every tile shape the engine picks.
+constexpr int kMinTile = 128;
+
+// Operands: the logical matrix p [rows, ld] row-major, and the transpose of p [cols, ld] (element
+// (r, c) at p[c*ld + r]): A = x^T of a dW GEMM, B = W^T of a dX GEMM, wte^T of the LM head.
+DeviceOperand matrix(const bf16* p, int ld) { return {p, {ld}}; }
+DeviceOperand transposed(const bf16* p, int ld) { return {p, {ld, true}}; }
+
+// A LayerNorm folded into its consuming GEMM (one layer's slice): W~ (bf16, the B operand),
+// c = column sums of W~, b~ = beta W + b.
+struct Fold {
+    const bf16* w_folded;
+    const float *c, *b_folded;
+};
+
+}  // namespace
+
+struct GPT2CodaGPU::Impl {
+    ModelConfig cfg;
+    int B, T, M;  // M = B*T tokens
+    std::vector<ParamInfo> layout;
+    size_t n_params = 0;
+    DeviceBuffers mem;  // declared before every pointer into it
+    Attention attention;
+    cudaStream_t stream = nullptr;
+    EncoderBuckets* buckets = nullptr;
+
+    // parameters (flat, param_layout order): bf16 copies, fp32 master, gradients, AdamW moments
+    bf16* params;
+    float *master, *grads, *m, *v, *scalars, *norm_scratch;
+    int step = 0;  // optimizer steps taken (AdamW bias correction)
+    GPT2Params<bf16> p;
+    GPT2Params<float> pm, g;  // master weights, gradients
+
+    // LayerNorms folded into their GEMMs, refolded after every optimizer step: LN1 into qkv
+    // ([L, C, 3C]), LN2 into fc ([L, C, 4C]), LN_f into the LM head (W = wte^T, W~ stored as wte is: [Vp, C]).
+    bf16 *qkv_folded, *fc_folded, *lm_folded;
+    float *qkv_c, *qkv_bf, *fc_c, *fc_bf, *lm_c, *lm_bf;
+
+    // activations kept for backward. residual: x entering layer l, [L+1, M, C] (l = L: entering LN_f)
+    bf16 *residual, *qkv, *y, *x_mid, *f;             // [L+1, M, C], [L, M, 3C], [L, M, C] x2, [L, M, 4C]
+    float *mu, *rstd, *mu_mid, *rstd_mid, *att_lse;  // [L+1, M], [L+1, M], [L, M], [L, M], [L, B, NH, T]
+    // scratch. g: gelu(f) in forward, re-emitted g then dqkv in backward. dz_hat: df^ or dq^.
+    // logits: LM head output, then dz^ in place.
+    bf16 *g_buf, *dz_hat, *logits, *dres, *dy;
+    float *lse, *losses, *target_logit;
+    // epilogue partials and their finalized values
+    float *stats_partials, *lse_partials;           // Welford [M, tiles(C), 3]; (max, sum-exp) [M, tiles(Vp), 2]
+    float *m1_partials, *m2_partials, *db_partials, *v_partials;  // [M, tiles(Vp)]; [tiles(M), Vp]
+    float *m1_, *m2_, *db_, *v_;                                  // [M]; [Vp]
+    float *dgamma_partials, *dbeta_partials, *bias_partials;     // [C, tiles(Vp)]; [tiles(M), C]
+    int *inputs, *targets;
+    bool backward_ready = false;
+    float grad_scale = 1.f;
+
+    Impl(const ModelConfig& c, int B_, int T_, bool prefer_cudnn)
+        : cfg(c), B(B_), T(T_), M(B_ * T_), layout(param_layout(c)), attention(prefer_cudnn) {
+        if (B < 1 || T < 1 || T > c.max_seq_len || M % 8 != 0)
+            throw Error("fused GPU model: needs 1 <= seq_len <= max_seq_len and batch_size * seq_len a multiple of 8, got " +
+                        std::to_string(B) + " x " + std::to_string(T));
+        CUDA_CHECK(cudaStreamCreate(&stream));
+        for (const ParamInfo& t : layout) n_params += t.size;
+        const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab(), MC = (size_t)M * C;
+        const size_t tiles_m = n_tiles(M, kMinTile), tiles_c = n_tiles((int)C, kMinTile), tiles_v = n_tiles((int)Vp, kMinTile);
+
+        params = mem.alloc<bf16>(n_params);
+        master = mem.alloc<float>(n_params);
+        grads = mem.alloc<float>(n_params);
+        m = mem.alloc<float>(n_params);
+        v = mem.alloc<float>(n_params);
+        CUDA_CHECK(cudaMemset(m, 0, n_params * sizeof(float)));
+        CUDA_CHECK(cudaMemset(v, 0, n_params * sizeof(float)));
+        CUDA_CHECK(cudaMemset(grads, 0, n_params * sizeof(float)));
+        scalars = mem.alloc<float>(4);
+        norm_scratch = mem.alloc<float>(global_norm_scratch_floats());
+        p = param_views(params, cfg);
+        pm = param_views(master, cfg);
+        g = param_views(grads, cfg);
+
+        qkv_folded = mem.alloc<bf16>(L * C * 3 * C);
+        fc_folded = mem.alloc<bf16>(L * C * 4 * C);
+        lm_folded = mem.alloc<bf16>(Vp * C);
+        qkv_c = mem.alloc<float>(L * 3 * C);
+        qkv_bf = mem.alloc<float>(L * 3 * C);
+        fc_c = mem.alloc<float>(L * 4 * C);
+        fc_bf = mem.alloc<float>(L * 4 * C);
+        lm_c = mem.alloc<float>(Vp);
+        lm_bf = mem.alloc<float>(Vp);
+
+        residual = mem.alloc<bf16>((L + 1) * MC);
+        qkv = mem.alloc<bf16>(L * 3 * MC);
+        y = mem.alloc<bf16>(L * MC);
+        x_mid = mem.alloc<bf16>(L * MC);
+        f = mem.alloc<bf16>(L * 4 * MC);
+        mu = mem.alloc<float>((L + 1) * M);
+        rstd = mem.alloc<float>((L + 1) * M);
+        mu_mid = mem.alloc<float>(L * M);
+        rstd_mid = mem.alloc<float>(L * M);
+        att_lse = mem.alloc<float>(L * B * NH * T);
+
+        g_buf = mem.alloc<bf16>(4 * MC);
+        dz_hat = mem.alloc<bf16>(4 * MC);
+        logits = mem.alloc<bf16>((size_t)M * Vp);
+        dres = mem.alloc<bf16>(MC);
+        dy = mem.alloc<bf16>(MC);
+        lse = mem.alloc<float>(M);
+        losses = mem.alloc<float>(M);
+        target_logit = mem.alloc<float>(M);
+
+        stats_partials = mem.alloc<float>(M * tiles_c * Welford::kWords);
+        lse_partials = mem.alloc<float>(M * tiles_v * MaxSumExp::kWords);
+        m1_partials = mem.alloc<float>(M * tiles_v);
+        m2_partials = mem.alloc<float>(M * tiles_v);
+        db_partials = mem.alloc<float>(tiles_m * Vp);
+        v_partials = mem.alloc<float>(tiles_m * Vp);
+        m1_ = mem.alloc<float>(M);
+        m2_ = mem.alloc<float>(M);
+        db_ = mem.alloc<float>(Vp);
+        v_ = mem.alloc<float>(Vp);
+        dgamma_partials = mem.alloc<float>(C * tiles_v);
+        dbeta_partials = mem.alloc<float>(C * tiles_v);
+        bias_partials = mem.alloc<float>(tiles_m * C);
+        inputs = mem.alloc<int>(M);
+        targets = mem.alloc<int>(M);
+        buckets = encoder_buckets_create(M);
+        attention.reserve(B, T, (int)NH, (int)(C / NH));
+    }
+
+    ~Impl() {
+        encoder_buckets_destroy(buckets);
+        if (stream) cudaStreamDestroy(stream);
+    }
+
+    OptimizerBuffers optimizer() { return {&layout, n_params, master, params, grads, m, v, scalars, norm_scratch}; }
+
+    // W~, c, b~ of every fold from the current master weights: after set_params and every AdamW step.
+    void fold() {
+        const int L = cfg.n_layer, C = cfg.n_embd, Vp = cfg.padded_vocab();
+        coda_fold_layernorm(qkv_folded, qkv_c, qkv_bf, pm.qkv_w, false, pm.ln1_w, pm.ln1_b, pm.qkv_b, C, 3 * C, L, stream);
+        coda_fold_layernorm(fc_folded, fc_c, fc_bf, pm.fc_w, false, pm.ln2_w, pm.ln2_b, pm.fc_b, C, 4 * C, L, stream);
+        coda_fold_layernorm(lm_folded, lm_c, lm_bf, pm.wte, true, pm.lnf_w, pm.lnf_b, nullptr, C, Vp, 1, stream);
+    }
+    Fold qkv_fold(int l) const {
+        const size_t C = cfg.n_embd;
+        return {qkv_folded + l * C * 3 * C, qkv_c + l * 3 * C, qkv_bf + l * 3 * C};
+    }
+    Fold fc_fold(int l) const {
+        const size_t C = cfg.n_embd;
+        return {fc_folded + l * C * 4 * C, fc_c + l * 4 * C, fc_bf + l * 4 * C};
+    }
+
+    // Runs a program on the engine; returns the tile shape it used, which the partials' finalize needs.
+    template <class P>
+    TileShape run(const P& program, const GemmProblem& prob) {
+        const TileShape s = gemm_tile_shape(prob);
+        if (s.bm < kMinTile || s.bn < kMinTile)
+            throw Error("fused GPU model: the GEMM engine chose a " + std::to_string(s.bm) + " x " +
+                        std::to_string(s.bn) + " tile; partials are sized for tiles of at least " +
+                        std::to_string(kMinTile));
+        gemm(program, prob, stream);
+        return s;
+    }
+    // A pass without a GEMM (acc = 0) over an M x N output.
+    template <class P>
+    TileShape pass(const P& program, int N) { return run(program, GemmProblem{M, N, 0, {}, {}}); }
+
+    // Row statistics of the M x C residual stream whose Welford partials the last run left.
+    void finalize_stats(const TileShape& s, float* mu_out, float* rstd_out) {
+        coda_row_stats(mu_out, rstd_out, stats_partials, M, n_tiles(cfg.n_embd, s.bn), stream);
+    }
+
+    // The dz-producer outputs of a fold with N outputs (FoldGradient): dz^ into out [M, N], and
+    // their finalize; the folded GEMM's bias gradient (null for the LM head, which has none) accumulates db.
+    FoldGradient<bf16> producer(const float* mu_in, const float* rstd_in, const Fold& fold, bf16* out, int N) {
+        FoldGradient<bf16> pr;
+        pr.mu = {mu_in}, pr.rstd = {rstd_in}, pr.c = {fold.c}, pr.b_folded = {fold.b_folded};
+        pr.dz_hat = {out, {N}};
+        pr.m1 = {m1_partials}, pr.m2 = {m2_partials}, pr.db = {db_partials}, pr.v = {v_partials};
+        return pr;
+    }
+    void finalize_producer(const TileShape& s, int N, float* bias_grad) {
+        coda_fold_gradient_finalize(m1_, m2_, db_, v_, bias_grad, m1_partials, m2_partials, db_partials, v_partials, M, N,
+                                    cfg.n_embd, n_tiles(N, s.bn), n_tiles(M, s.bm), stream);
+    }
+
+    // The dW GEMM through a fold, A = x^T, B = dz^ [M, N] (LnBackwardW): dW += gamma G + beta db,
+    // then dgamma, dbeta += its row partials. w and dw are the fp32 master weight and gradient,
+    // read through w_layout (wte^T for the LM head).
+    void ln_backward_w(const bf16* x, const bf16* dzh, int N, const float* gamma, const float* beta, const float* w,
+                       Layout w_layout, float* dw, float* dgamma, float* dbeta) {
+        const int C = cfg.n_embd;
+        LnBackwardW pr;
+        pr.gamma = {gamma}, pr.beta = {beta}, pr.v = {v_}, pr.db = {db_};
+        pr.w = {w, w_layout}, pr.dw = {dw, w_layout};
+        pr.dgamma = {dgamma_partials}, pr.dbeta = {dbeta_partials};
+        const TileShape s = run(pr, GemmProblem{C, N, M, transposed(x, C), matrix(dzh, N)});
+        coda_accumulate_ln_grads(dgamma, dbeta, dgamma_partials, dbeta_partials, C, n_tiles(N, s.bn), stream);
+    }
+
+    // The dX GEMM through a fold, A = dz^ [M, N], B = W~^T (LnBackwardX): LayerNorm backward of x
+    // plus the pass-through dres (null for LN_f) into dres, in place. Its column partials are the
+    // bias gradient of the GEMM that produced x (null: the embedding did, which has no bias).
+    void ln_backward_x(const bf16* dzh, int N, DeviceOperand w_folded_t, const bf16* x, const float* mu_in,
+                       const float* rstd_in, bool pass_through, float* bias_grad) {
+        const int C = cfg.n_embd;
+        LnBackwardX<bf16> pr;
+        pr.mu = {mu_in}, pr.rstd = {rstd_in}, pr.m1 = {m1_}, pr.m2 = {m2_};
+        pr.x = {x, {C}}, pr.dres = {pass_through ? dres : nullptr, {C}}, pr.dx_out = {dres, {C}};
+        pr.bias_grad = {bias_partials};
+        const TileShape s = run(pr, GemmProblem{M, C, N, matrix(dzh, N), w_folded_t});
+        if (bias_grad) coda_accumulate_bias_grad(bias_grad, bias_partials, C, n_tiles(M, s.bm), stream);
+    }
+
+    // out += A B into an fp32 gradient [rows, cols] (PlainAccumulate).
+    void accumulate(float* dw, int rows, int cols, DeviceOperand a, DeviceOperand b) {
+        PlainAccumulate pr;
+        pr.dw = {dw, {cols}};
+        run(pr, GemmProblem{rows, cols, M, a, b});
+    }
+
+    double forward(const int* in_host, const int* tgt_host, bool backward_next, float scale) {
+        const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, V = cfg.vocab_size;
+        const int Vp = cfg.padded_vocab(), C3 = 3 * C, C4 = 4 * C;
+        const size_t MC = (size_t)M * C;
+        CUDA_CHECK(cudaMemcpyAsync(inputs, in_host, M * sizeof(int), cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaMemcpyAsync(targets, tgt_host, M * sizeof(int), cudaMemcpyHostToDevice, stream));
+        if (backward_next) encoder_buckets_build(buckets, in_host, B, T, stream);
+
+        // Embedding, and the row statistics of its output for layer 0's LN1: no GEMM produced it,
+        // so a pass over the stored x writes the Welford partials (as GPT2CodaCPU).
+        encoder_forward(residual, inputs, p.wte, p.wpe, B, T, C, stream);
+        {
+            ResidualStats<bf16> pr;
+            pr.x = {residual, {C}}, pr.row_stats = {stats_partials};
+            finalize_stats(pass(pr, C), mu, rstd);
+        }
+
+        for (int l = 0; l < L; l++) {
+            const LayerParams<bf16> w = layer_params(p, l, C);
+            const LayerParams<float> wm = layer_params(pm, l, C);
+            const bf16* x = residual + l * MC;
+            const float *mu_l = mu + (size_t)l * M, *rstd_l = rstd + (size_t)l * M;
+            bf16 *qkv_l = qkv + l * 3 * MC, *y_l = y + l * MC, *x_mid_l = x_mid + l * MC, *f_l = f + l * 4 * MC;
+            float *mu_mid_l = mu_mid + (size_t)l * M, *rstd_mid_l = rstd_mid + (size_t)l * M;
+            bf16* x_out = residual + (l + 1) * MC;
+            const Fold qf = qkv_fold(l), ff = fc_fold(l);
+
+            {  // 1. qkv GEMM, A = x, B = W~qkv: z = r(acc - mu c) + b~
+                QkvForward<bf16> pr;
+                pr.ln = {{mu_l}, {rstd_l}, {qf.c}, {qf.b_folded}};
+                pr.z = {qkv_l, {C3}};
+                run(pr, GemmProblem{M, C3, C, matrix(x, C), matrix(qf.w_folded, C3)});
+            }
+            // 2. attention (CODA leaves it alone)
+            attention.forward(y_l, att_lse + (size_t)l * B * NH * T, qkv_l, B, T, NH, HS, stream);
+            auto residual_gemm = [&](const bf16* a, int K, const bf16* weight, const float* bias, const bf16* res,
+                                     bf16* out) {
+                ResidualForward<bf16> pr;
+                pr.bias = {bias}, pr.residual = {res, {C}}, pr.x_out = {out, {C}}, pr.row_stats = {stats_partials};
+                return run(pr, GemmProblem{M, C, K, matrix(a, K), matrix(weight, C)});
+            };
+            // 3. proj GEMM, A = y, B = Wo: x' = acc + bo + x, row partials; 4. tiny reduce -> mu', r'
+            finalize_stats(residual_gemm(y_l, C, w.proj_w, wm.proj_b, x, x_mid_l), mu_mid_l, rstd_mid_l);
+            {  // 5. fc GEMM, A = x', B = W~fc: f = r'(acc - mu' c) + b~ ; g = gelu(f)
+                FcForward<bf16> pr;
+                pr.ln = {{mu_mid_l}, {rstd_mid_l}, {ff.c}, {ff.b_folded}};
+                pr.f = {f_l, {C4}}, pr.g = {g_buf, {C4}};
+                run(pr, GemmProblem{M, C4, C, matrix(x_mid_l, C), matrix(ff.w_folded, C4)});
+            }
+            // 6. fcproj GEMM, A = g, B = Wp: x'' = acc + bp + x', row partials; 7. tiny reduce ->
+            //    the statistics of the next layer's LN1 (or of LN_f)
+            finalize_stats(residual_gemm(g_buf, C4, w.fcproj_w, wm.fcproj_b, x_mid_l, x_out), mu + (size_t)(l + 1) * M,
+                           rstd + (size_t)(l + 1) * M);
+        }
+
+        // LM head GEMM with LN_f folded, A = x_L, B = W~e = (diag(gamma_f) wte^T): logits, (max,
+        // sum-exp) partials and the target logit; a tiny reduce gives lse and the loss.
+        {
+            LmHeadForward<bf16> pr;
+            pr.ln = {{mu + (size_t)L * M}, {rstd + (size_t)L * M}, {lm_c}, {lm_bf}};
+            pr.logits = {logits, {Vp}};
+            pr.vocab = V;
+            pr.lse_partials = {lse_partials};
+            pr.target_logit = {targets, target_logit};
+            const TileShape s = run(pr, GemmProblem{M, Vp, C, matrix(residual + L * MC, C), transposed(lm_folded, C)});
+            coda_token_loss(lse, losses, lse_partials, target_logit, M, n_tiles(Vp, s.bn), stream);
+        }
+        backward_ready = backward_next;
+        grad_scale = scale;
+
+        std::vector<float> host(M);
+        CUDA_CHECK(cudaMemcpyAsync(host.data(), losses, M * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        double sum = 0;
+        for (float x : host) sum += x;
+        return sum / M;
+    }
+
+    void backward() {
+        if (!backward_ready) throw Error("fused GPU model: backward() needs a forward(..., backward_next = true) first");
+        backward_ready = false;
+        const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, V = cfg.vocab_size;
+        const int Vp = cfg.padded_vocab(), C3 = 3 * C, C4 = 4 * C;
+        const size_t MC = (size_t)M * C;
+        const bf16* x_final = residual + L * MC;
+        const float *mu_final = mu + (size_t)L * M, *rstd_final = rstd + (size_t)L * M;
+        const Fold lm{lm_folded, lm_c, lm_bf};
+
+        // Cross-entropy pass: dz = (softmax - onehot) * grad_scale / (B T) from the logits, written in
+        // place as dz^ = r dz, plus the dz-producer partials of the LN_f fold.
+        {
+            CrossEntropyGradient<bf16> pr;
+            pr.logits = {logits, {Vp}};
+            pr.lse = {lse};
+            pr.target = targets;
+            pr.vocab = V;
+            pr.scale = grad_scale / M;
+            pr.fold = producer(mu_final, rstd_final, lm, logits, Vp);
+            finalize_producer(pass(pr, Vp), Vp, nullptr);
+        }
+        // LM head dW GEMM (W = wte^T): tied embeddings, so it adds into the wte gradient; its row
+        // partials are the LN_f gamma and beta gradients.
+        ln_backward_w(x_final, logits, Vp, pm.lnf_w, pm.lnf_b, pm.wte, {C, true}, g.wte, g.lnf_w, g.lnf_b);
+        // LM head dX GEMM: LN_f backward (nothing passes through) -> dres; its column partials are
+        // the last layer's fcproj bias gradient.
+        ln_backward_x(logits, Vp, matrix(lm_folded, C), x_final, mu_final, rstd_final, false,
+                      layer_params(g, L - 1, C).fcproj_b);
+
+        for (int l = L - 1; l >= 0; l--) {
+            const LayerParams<bf16> w = layer_params(p, l, C);
+            const LayerParams<float> wm = layer_params(pm, l, C), lg = layer_params(g, l, C);
+            const bf16* x = residual + l * MC;
+            const float *mu_l = mu + (size_t)l * M, *rstd_l = rstd + (size_t)l * M;
+            const bf16 *qkv_l = qkv + l * 3 * MC, *y_l = y + l * MC, *x_mid_l = x_mid + l * MC, *f_l = f + l * 4 * MC;
+            const float *mu_mid_l = mu_mid + (size_t)l * M, *rstd_mid_l = rstd_mid + (size_t)l * M;
+            const Fold qf = qkv_fold(l), ff = fc_fold(l);
+
+            {  // 1. dG GEMM, A = dres, B = Wp^T: df = acc gelu'(f), g = gelu(f) re-emitted, fc fold partials
+                GeluBackward<bf16> pr;
+                pr.f = {f_l, {C4}}, pr.g = {g_buf, {C4}};
+                pr.fold = producer(mu_mid_l, rstd_mid_l, ff, dz_hat, C4);
+                finalize_producer(run(pr, GemmProblem{M, C4, C, matrix(dres, C), transposed(w.fcproj_w, C)}), C4,
+                                  lg.fc_b);
+            }
+            // 2. dW_p GEMM, A = g^T, B = dres. (The fcproj bias gradient was taken from the column
+            //    partials of the epilogue that produced dres: step 10 above, or the LM head dX GEMM.)
+            accumulate(lg.fcproj_w, C4, C, transposed(g_buf, C4), matrix(dres, C));
+            // 3. dW_fc GEMM, folded (gamma2, beta2); the fc bias gradient was the producer's db
+            ln_backward_w(x_mid_l, dz_hat, C4, wm.ln2_w, wm.ln2_b, wm.fc_w, {C4}, lg.fc_w, lg.ln2_w, lg.ln2_b);
+            // 4. dX GEMM, A = df^, B = W~fc^T: LN2 backward + dres pass-through -> dres' (in place);
+            //    column partials -> proj bias gradient
+            ln_backward_x(dz_hat, C4, transposed(ff.w_folded, C4), x_mid_l, mu_mid_l, rstd_mid_l, true, lg.proj_b);
+            {  // 5. dY GEMM, A = dres', B = Wo^T -> dy
+                PlainStore<bf16> pr;
+                pr.out = {dy, {C}};
+                run(pr, GemmProblem{M, C, C, matrix(dres, C), transposed(w.proj_w, C)});
+            }
+            // 6. dW_o GEMM, A = y^T, B = dres'
+            accumulate(lg.proj_w, C, C, transposed(y_l, C), matrix(dres, C));
+            // 7. attention backward -> dqkv (into g_buf: g was consumed by step 2)
+            bf16* const dqkv = g_buf;
+            attention.backward(dqkv, dy, qkv_l, y_l, att_lse + (size_t)l * B * NH * T, B, T, NH, HS, stream);
+            {  // 8. the one small pass over dqkv, qkv: dz-producer outputs of the qkv fold
+                QkvGradient<bf16> pr;
+                pr.dqkv = {dqkv, {C3}}, pr.qkv = {qkv_l, {C3}};
+                pr.fold = producer(mu_l, rstd_l, qf, dz_hat, C3);
+                finalize_producer(pass(pr, C3), C3, lg.qkv_b);
+            }
+            // 9. dW_qkv GEMM, folded (gamma1, beta1); the qkv bias gradient was the producer's db
+            ln_backward_w(x, dz_hat, C3, wm.ln1_w, wm.ln1_b, wm.qkv_w, {C3}, lg.qkv_w, lg.ln1_w, lg.ln1_b);
+            // 10. dX GEMM, A = dq^, B = W~qkv^T: LN1 backward + dres' pass-through -> dres for the
+            //     layer below (in place); column partials -> that layer's fcproj bias gradient
+            ln_backward_x(dz_hat, C3, transposed(qf.w_folded, C3), x, mu_l, rstd_l, true,
+                          l > 0 ? layer_params(g, l - 1, C).fcproj_b : nullptr);
+        }
+        // Embedding backward: its own kernel, adding into the wte gradient beside the LM head's.
+        encoder_backward(g.wte, g.wpe, dres, buckets, B, T, C, stream);
+    }
+};
+
+GPT2CodaGPU::GPT2CodaGPU(const ModelConfig& cfg, int B, int T, bool prefer_cudnn)
+    : impl_(std::make_unique<Impl>(cfg, B, T, prefer_cudnn)) {
+    num_params_ = impl_->n_params;
+}
+GPT2CodaGPU::~GPT2CodaGPU() = default;
+
+void GPT2CodaGPU::set_params(const std::vector<float>& params) {
+    if (params.size() != num_params_) throw Error("set_params: expected " + std::to_string(num_params_) + " values");
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    CUDA_CHECK(cudaMemcpy(impl_->master, params.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
+    upload_bf16(impl_->params, params);
+    impl_->fold();
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
+
+std::vector<float> GPT2CodaGPU::master_params() const {
+    std::vector<float> h(num_params_);
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    CUDA_CHECK(cudaMemcpy(h.data(), impl_->master, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+std::vector<float> GPT2CodaGPU::grads() const {
+    std::vector<float> h(num_params_);
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    CUDA_CHECK(cudaMemcpy(h.data(), impl_->grads, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+GPT2GPU::OptimizerState GPT2CodaGPU::optimizer_state() const {
+    GPT2GPU::OptimizerState s{std::vector<float>(num_params_), std::vector<float>(num_params_), impl_->step};
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    CUDA_CHECK(cudaMemcpy(s.m.data(), impl_->m, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(s.v.data(), impl_->v, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
+    return s;
+}
+
+void GPT2CodaGPU::set_optimizer_state(const std::vector<float>& m, const std::vector<float>& v, long t) {
+    if (m.size() != num_params_ || v.size() != num_params_)
+        throw Error("set_optimizer_state: expected " + std::to_string(num_params_) + " values per moment");
+    if (t < 0 || t > 2147483647L) throw Error("set_optimizer_state: step count " + std::to_string(t) + " out of range");
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    CUDA_CHECK(cudaMemcpy(impl_->m, m.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(impl_->v, v.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
+    impl_->step = (int)t;
+}
+
+double GPT2CodaGPU::forward(const int* inputs, const int* targets, bool backward_next, float grad_scale) {
+    return impl_->forward(inputs, targets, backward_next, grad_scale);
+}
+void GPT2CodaGPU::backward() { impl_->backward(); }
+void GPT2CodaGPU::zero_grad() {
+    CUDA_CHECK(cudaMemsetAsync(impl_->grads, 0, num_params_ * sizeof(float), impl_->stream));
+}
+double GPT2CodaGPU::grad_norm() { return device_grad_norm(impl_->optimizer(), impl_->stream); }
+void GPT2CodaGPU::apply_update(double lr, const TrainConfig& c) {
+    device_adamw_step(impl_->optimizer(), ++impl_->step, lr, c, impl_->stream);
+    impl_->fold();
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
+
+std::vector<float> GPT2CodaGPU::logits() const {
+    const size_t n = (size_t)impl_->M * impl_->cfg.padded_vocab();
+    std::vector<bf16> h(n);
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    CUDA_CHECK(cudaMemcpy(h.data(), impl_->logits, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(h[i]);
+    return out;
+}
+
+const char* GPT2CodaGPU::attention_backend() const { return impl_->attention.backend(); }
+
+std::unique_ptr<GPT2GPUDecoder> GPT2CodaGPU::make_decoder() const {
+    return std::make_unique<GPT2GPUDecoder>(impl_->cfg, impl_->params, impl_->stream);
+}
+
+}  // namespace codagpt

@@ -1,0 +1,289 @@
+// The CODA GEMM engine on the GPU (kernels/gemm.cuh), each mainloop: every epilogue program of
+// coda_programs.cuh against fp64 math through the same checks as the CPU emulator
+// (coda_checks.hpp, bounds justified there), on awkward shapes (no tile multiples; 1600, 6400 and
+// 50304 wide, scaled down in the other dimensions to keep the fp64 references quick) and every
+// operand layout the programs use; partials against the emulator run with the engine's tile
+// shape; bit-identical reruns; one full-size GEMM; and the refusal of bad problems.
+// A .cu file: the engine is templates, instantiated here for every program.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "coda_checks.hpp"
+#include "gemm.cuh"
+#include "gpu_test_util.hpp"
+#include "test_util.hpp"
+
+using namespace codagpt;
+using namespace codagpt::coda;
+using namespace codagpt::coda::check;
+
+namespace {
+
+// Skips a test whose mainloop this machine cannot run: Auto is Hopper's mainloop, and without it
+// would only repeat the Sm80 run.
+#define REQUIRE_MAINLOOP(mainloop)                                                                 \
+    do {                                                                                           \
+        REQUIRE_GPU();                                                                             \
+        if ((mainloop) == Mainloop::Auto && !coda::detail::sm90_available())                      \
+            GTEST_SKIP() << "the sm90 mainloop is not available here (needs a compute capability " \
+                            "9.x GPU and an sm_90a build): Auto would repeat Sm80";               \
+    } while (0)
+
+const char* name_of(Mainloop m) { return m == Mainloop::Sm80 ? "Sm80" : m == Mainloop::Sm90 ? "Sm90" : "Auto"; }
+
+// Tensor cores add each k16 step into the fp32 accumulator rounding toward zero (coda_checks.hpp).
+double gpu_tol(int K) { return kFp32Bound + K / 16 * std::ldexp(1.0, -23); }
+
+// The checks' Runner on the GPU: host vectors are mirrored in device buffers for one run.
+class GpuRunner {
+  public:
+    explicit GpuRunner(Mainloop m) : mainloop_(m) {}
+    ~GpuRunner() { release(); }
+    GpuRunner(const GpuRunner&) = delete;
+    GpuRunner& operator=(const GpuRunner&) = delete;
+
+    template <class T>
+    T* at(std::vector<T>& v) { return static_cast<T*>(mirror(v.data(), v.size() * sizeof(T), v.data())); }
+    template <class T>
+    const T* at(const std::vector<T>& v) { return static_cast<const T*>(mirror(v.data(), v.size() * sizeof(T), nullptr)); }
+    TileShape shape(const HostGemm& g) const {
+        return gemm_tile_shape(GemmProblem{g.M, g.N, g.K, {nullptr, g.la}, {nullptr, g.lb}}, mainloop_);
+    }
+    double tol(int K) const { return gpu_tol(K); }
+    template <class P>
+    void run(const P& p, const HostGemm& g) {
+        GemmProblem prob{g.M, g.N, g.K, {}, {}};
+        if (g.K > 0) prob.a = {at(*g.a), g.la}, prob.b = {at(*g.b), g.lb};
+        gemm(p, prob, 0, mainloop_);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        for (const Mirror& m : mirrors_)
+            if (m.out) CUDA_CHECK(cudaMemcpy(m.out, m.dev, m.bytes, cudaMemcpyDeviceToHost));
+        release();
+    }
+
+  private:
+    struct Mirror {
+        const void* host;
+        void* dev;
+        size_t bytes;
+        void* out;  // where results go back to; null for inputs
+    };
+    void* mirror(const void* host, size_t bytes, void* out) {
+        for (Mirror& m : mirrors_)
+            if (m.host == host) {  // one buffer seen as input and output (in place) is one mirror
+                if (out) m.out = out;
+                return m.dev;
+            }
+        void* dev = nullptr;
+        CUDA_CHECK(cudaMalloc(&dev, bytes + 16));
+        mirrors_.push_back({host, dev, bytes, out});
+        CUDA_CHECK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+        return dev;
+    }
+    void release() {
+        for (const Mirror& m : mirrors_) cudaFree(m.dev);
+        mirrors_.clear();
+    }
+    Mainloop mainloop_;
+    std::vector<Mirror> mirrors_;
+};
+
+// ---------------------------------------------------------------- every program against fp64
+
+using ProgramCase = std::tuple<Case, Mainloop>;
+std::string case_name(const testing::TestParamInfo<ProgramCase>& info) {
+    const auto& [c, m] = info.param;
+    return std::string(name_of(m)) + "_M" + std::to_string(c.M) + "K" + std::to_string(c.K) + "N" + std::to_string(c.N);
+}
+
+class GpuPrograms : public testing::TestWithParam<ProgramCase> {
+  protected:
+    void SetUp() override { REQUIRE_MAINLOOP(mainloop()); }
+    Mainloop mainloop() const { return std::get<1>(GetParam()); }
+    const Case& shape() const { return std::get<0>(GetParam()); }
+    GpuRunner run{mainloop()};
+};
+
+TEST_P(GpuPrograms, QkvForward) { check_qkv_forward(run, shape()); }
+TEST_P(GpuPrograms, FcForward) { check_fc_forward(run, shape()); }
+TEST_P(GpuPrograms, ResidualForwardAndRowStats) { check_residual_forward(run, shape()); }
+TEST_P(GpuPrograms, ResidualStats) { check_residual_stats(run, shape()); }
+TEST_P(GpuPrograms, LmHeadForwardAndLoss) { check_lm_head_forward(run, shape()); }
+TEST_P(GpuPrograms, GeluBackward) { check_gelu_backward(run, shape()); }
+TEST_P(GpuPrograms, QkvGradient) { check_qkv_gradient(run, shape()); }
+TEST_P(GpuPrograms, CrossEntropyGradient) { check_cross_entropy_gradient(run, shape()); }
+TEST_P(GpuPrograms, LnBackwardX) { check_ln_backward_x(run, shape()); }
+TEST_P(GpuPrograms, LnBackwardW) { check_ln_backward_w(run, shape()); }
+TEST_P(GpuPrograms, PlainStoreAndAccumulate) { check_plain(run, shape()); }
+
+// (M, K, N) as the checks read them; the dX and dW checks turn them into GEMMs of (M, N, K) x (N,
+// K) and (K, N, M). Small odd sizes; GPT-2 1.5B's C = 1600; 4C = 6400 as a reduction and as rows
+// of the dW GEMM; the padded vocabulary 50304 as columns and (dX of the LM head) as a reduction.
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuPrograms,
+                         testing::Combine(testing::Values(Case{136, 72, 200}, Case{264, 1600, 1600}, Case{136, 6400, 200},
+                                                          Case{136, 64, 50304}),
+                                          testing::Values(Mainloop::Sm80, Mainloop::Auto)),
+                         case_name);
+
+// ---------------------------------------------------------------- against the emulator, and determinism
+
+using Buffers = std::vector<std::pair<std::string, std::vector<float>>>;
+template <class T>
+std::vector<float> floats(const std::vector<T>& v) {
+    std::vector<float> f(v.size());
+    for (size_t e = 0; e < v.size(); e++) f[e] = to_float(v[e]);
+    return f;
+}
+
+// Runs three programs with row, column and both kinds of partials (every reduction type) and
+// returns all their outputs and partials.
+template <class Act, class R>
+Buffers fused_outputs(R& run, const Case& c) {
+    const int M = c.M, K = c.K, N = c.N, vocab = N - 5;
+    Rng rng(30);
+    const Residual x(rng, M, K);
+    const FoldedLinear lin(rng, K, N);
+    const std::vector<bf16> dres = random_act<bf16>(rng, (size_t)M * K), wp = random_act<bf16>(rng, (size_t)N * K, 1 / std::sqrt(N));
+    const std::vector<Act> f = random_act<Act>(rng, (size_t)M * N, 1.5), residual = random_act<Act>(rng, (size_t)M * N, 1.0, 0.7);
+    const std::vector<float> bias = random_floats(rng, N, 0.1);
+    std::vector<int> target(M);
+    for (int& t : target) t = (int)rng.below(vocab);
+    Buffers out;
+
+    const HostGemm dg{M, N, K, &dres, {K}, &wp, {K, true}};
+    FoldGradientBuffers<Act> fold(M, N, run.shape(dg));
+    std::vector<Act> g = nan_filled<Act>((size_t)M * N);
+    GeluBackward<Act> gelu_backward;
+    gelu_backward.f = {run.at(f), {N}}, gelu_backward.g = {run.at(g), {N}};
+    gelu_backward.fold = fold.program(run, x, lin);
+    run.run(gelu_backward, dg);
+    out.insert(out.end(), {{"g", floats(g)}, {"dz^", floats(fold.dz_hat)}, {"m1", fold.m1}, {"m2", fold.m2},
+                           {"db", fold.db}, {"v", fold.v}});
+
+    const HostGemm proj{M, N, K, &x.x, {K}, &lin.w_folded, {N}};
+    const int tiles_n = n_tiles(N, run.shape(proj).bn);
+    std::vector<Act> x_out = nan_filled<Act>((size_t)M * N);
+    std::vector<float> stats = partials(M, tiles_n, Welford::kWords);
+    ResidualForward<Act> residual_forward;
+    residual_forward.bias = {run.at(bias)}, residual_forward.residual = {run.at(residual), {N}};
+    residual_forward.x_out = {run.at(x_out), {N}}, residual_forward.row_stats = {run.at(stats)};
+    run.run(residual_forward, proj);
+    out.insert(out.end(), {{"x'", floats(x_out)}, {"Welford partials", stats}});
+
+    std::vector<Act> logits = nan_filled<Act>((size_t)M * N);
+    std::vector<float> lse = partials(M, tiles_n, MaxSumExp::kWords), target_logit = nan_filled<float>(M);
+    LmHeadForward<Act> lm_head;
+    lm_head.ln = lin.fold(run, x.mu, x.rstd);
+    lm_head.logits = {run.at(logits), {N}}, lm_head.vocab = vocab, lm_head.lse_partials = {run.at(lse)};
+    lm_head.target_logit = {run.at(std::as_const(target)), run.at(target_logit)};
+    run.run(lm_head, proj);
+    out.insert(out.end(), {{"logits", floats(logits)}, {"max/sum-exp partials", lse}, {"target logits", target_logit}});
+    return out;
+}
+
+class GpuEngine : public testing::TestWithParam<Mainloop> {
+  protected:
+    void SetUp() override { REQUIRE_MAINLOOP(GetParam()); }
+};
+
+// With fp32 activations nothing is rounded to bf16, so outputs and every partial slot differ
+// between the GPU and the emulator (same tile shape) only by the order of fp32 sums: the
+// accumulators by the GPU's tol(K), the partials by rounding. Bound: 2 tol(K) of the buffer's
+// largest magnitude. Counts (Welford n) must agree exactly, which the bound enforces at |n| >= 8.
+TEST_P(GpuEngine, PartialsMatchTheEmulator) {
+    const Case c{264, 1600, 1600};
+    GpuRunner gpu(GetParam());
+    EmulatorRunner emulator{gpu.shape(HostGemm{c.M, c.N, c.K, nullptr, {c.K}, nullptr, {c.N}})};
+    std::printf("  tile %dx%d\n", emulator.tile.bm, emulator.tile.bn);
+    const Buffers got = fused_outputs<float>(gpu, c), want = fused_outputs<float>(emulator, c);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t b = 0; b < got.size(); b++) {
+        const std::vector<float>&x = got[b].second, &y = want[b].second;
+        ASSERT_EQ(x.size(), y.size());
+        double err = 0, scale = 0;
+        for (size_t e = 0; e < x.size(); e++) {
+            err = std::isnan(x[e]) || std::isnan(y[e]) ? INFINITY : std::max(err, (double)std::fabs(x[e] - y[e]));
+            scale = std::max(scale, (double)std::fabs(y[e]));
+        }
+        report(got[b].first + " GPU vs emulator", err / scale, 2 * gpu_tol(c.K));
+    }
+}
+
+// No atomics, a fixed combine order: two runs give the same bits, outputs and partials.
+TEST_P(GpuEngine, RerunsAreBitIdentical) {
+    const Case c{264, 1600, 1600};
+    GpuRunner gpu(GetParam());
+    const Buffers first = fused_outputs<bf16>(gpu, c), second = fused_outputs<bf16>(gpu, c);
+    for (size_t b = 0; b < first.size(); b++)
+        EXPECT_EQ(0, std::memcmp(first[b].second.data(), second[b].second.data(), first[b].second.size() * sizeof(float)))
+            << first[b].first << " differs between two runs";
+}
+
+// GPT-2 1.5B's attention-projection shape at B*T = 16384: every element written, 256 sampled rows
+// against fp64, and the time (information only; the benchmark against cuBLASLt is bench_gemm).
+TEST_P(GpuEngine, FullSizePlainGemm) {
+    const int M = 16384, K = 1600, N = 1600, rows = 256;
+    Rng rng(40);
+    const std::vector<bf16> a = random_act<bf16>(rng, (size_t)M * K), b = random_act<bf16>(rng, (size_t)K * N, 1 / std::sqrt(K));
+    test::DeviceBuffer<bf16> da((size_t)M * K), db((size_t)K * N), dout((size_t)M * N);
+    da.upload(a), db.upload(b);
+    dout.poison();
+    PlainStore<> p;
+    p.out = {dout, {N}};
+    const GemmProblem prob{M, N, K, {da, {K}}, {db, {N}}};
+    gemm(p, prob, 0, GetParam());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<bf16> out = dout.download();
+
+    std::vector<bf16> a_rows, out_rows;
+    std::vector<int> picked;
+    for (int r = 0; r < rows; r++) picked.push_back((int)rng.below(M));
+    for (const int i : picked) {
+        a_rows.insert(a_rows.end(), a.begin() + (size_t)i * K, a.begin() + (size_t)(i + 1) * K);
+        out_rows.insert(out_rows.end(), out.begin() + (size_t)i * N, out.begin() + (size_t)(i + 1) * N);
+    }
+    size_t unwritten = 0;
+    for (const bf16 v : out) unwritten += !std::isfinite(to_float(v));
+    EXPECT_EQ(unwritten, 0u) << "elements left unwritten (NaN) or non-finite";
+    expect_rounded("sampled rows of out = A B", out_rows, matmul(to_double(a_rows), to_double(b), rows, K, N), gpu_tol(K));
+
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    const int reps = 20;
+    CUDA_CHECK(cudaEventRecord(start));
+    for (int r = 0; r < reps; r++) gemm(p, prob, 0, GetParam());
+    CUDA_CHECK(cudaEventRecord(stop));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    std::printf("  %s %dx%dx%d plain GEMM: %.3f ms, %.0f TFLOP/s (mean of %d after one warm-up)\n", name_of(GetParam()), M,
+                N, K, ms / reps, 2.0 * M * N * K / (ms / reps * 1e-3) / 1e12, reps);
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+}
+
+INSTANTIATE_TEST_SUITE_P(Mainloops, GpuEngine, testing::Values(Mainloop::Sm80, Mainloop::Auto),
+                         [](const testing::TestParamInfo<Mainloop>& info) { return std::string(name_of(info.param)); });
+
+// ---------------------------------------------------------------- bad problems (no GPU needed)
+
+TEST(GpuGemm, RefusesBadProblemsNamingTheOperand) {
+    alignas(16) static bf16 buf[256];
+    PlainStore<> p;
+    auto error = [&](const GemmProblem& prob) { return test::error_of([&] { gemm(p, prob, 0, Mainloop::Sm80); }); };
+    EXPECT_TRUE(test::mentions(error({8, 8, 8, {nullptr, {8}}, {buf, {8}}}), "operand A: null pointer"));
+    EXPECT_TRUE(test::mentions(error({8, 8, 8, {buf, {8}}, {buf + 1, {8}}}), "operand B: pointer not 16-byte aligned"));
+    EXPECT_TRUE(test::mentions(error({8, 8, 8, {buf, {12}}, {buf, {8}}}), "operand A: leading dimension 12 is not a multiple of 8"));
+    EXPECT_TRUE(test::mentions(error({8, 16, 8, {buf, {8}}, {buf, {8}}}), "operand B: leading dimension 8 is less than"));
+    EXPECT_TRUE(test::mentions(error({16, 8, 8, {buf, {8, true}}, {buf, {8}}}), "operand A: leading dimension 8 is less than"));
+    EXPECT_TRUE(test::mentions(error({12, 8, 8, {buf, {8}}, {buf, {8}}}), "multiples of 8, got M=12"));
+}
+
+}  // namespace
