@@ -11,6 +11,7 @@
 #include "sample.hpp"
 #ifdef CODAGPT_HAVE_CUDA
 #include <cuda_runtime.h>
+#include "model_coda_gpu.hpp"
 #include "model_gpu.hpp"
 #endif
 
@@ -74,16 +75,24 @@ private:
 };
 
 #ifdef CODAGPT_HAVE_CUDA
+// A decoder over a GPU model's bf16 weights in place.
+std::unique_ptr<Decoder> decoder_of(const GPT2GPU& m) { return std::make_unique<GPT2GPUDecoder>(m); }
+std::unique_ptr<Decoder> decoder_of(const GPT2CodaGPU& m) { return m.make_decoder(); }
+
+// Either GPU path (GPT2GPU: unfused; GPT2CodaGPU: the fused schedule) behind the same interface,
+// data, AdamW and checkpoint state, so runs and --resume work the same on both. `path` and `note`
+// go into describe().
+template <class Model>
 class GPUBackend final : public TrainBackend {
 public:
-    GPUBackend(const TrainConfig& c, const GPUBackendOptions& opt)
-        : model_(c.model, c.batch_size, c.seq_len, GPUModelOptions{opt.recompute_gelu, true}) {
+    template <class... ModelOptions>
+    GPUBackend(const TrainConfig& c, std::string path, std::string note, ModelOptions... options)
+        : model_(c.model, c.batch_size, c.seq_len, options...), path_(std::move(path)), note_(std::move(note)) {
         model_.set_params(gpt2_init_params(c.model, c.seed));  // the CPU reference's weights for this seed
-        recompute_ = opt.recompute_gelu;
     }
     std::string describe() const override {
-        return "GPU " + cuda_device_name() + " (unfused, bf16, attention " + model_.attention_backend() +
-               (recompute_ ? ", GELU recomputed" : "") + ")";
+        return "GPU " + cuda_device_name() + " (" + path_ + ", bf16, attention " + model_.attention_backend() + note_ +
+               ")";
     }
     size_t num_params() const override { return model_.num_params(); }
     void zero_grad() override { model_.zero_grad(); }
@@ -101,14 +110,14 @@ public:
     }
     void load_state(const TrainState& s) override {
         check_state_sizes(s, model_.num_params());
-        model_.set_params(s.params);  // master weights and their bf16 copies, rounded as AdamW rounds them
+        model_.set_params(s.params);  // master weights, their bf16 copies (and folds), as after an update
         model_.set_optimizer_state(s.m, s.v, s.t);
     }
     void load_params(const std::vector<float>& params) override {
         check_params_size(params, model_.num_params());
         model_.set_params(params);
     }
-    std::unique_ptr<Decoder> make_decoder() const override { return std::make_unique<GPT2GPUDecoder>(model_); }
+    std::unique_ptr<Decoder> make_decoder() const override { return decoder_of(model_); }
     double device_memory_mib() const override {
         size_t free = 0, total = 0;
         if (cudaMemGetInfo(&free, &total) != cudaSuccess) return -1;
@@ -116,8 +125,8 @@ public:
     }
 
 private:
-    GPT2GPU model_;
-    bool recompute_ = false;
+    Model model_;
+    std::string path_, note_;
 };
 #endif
 
@@ -128,12 +137,37 @@ std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& c) { return st
 std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt) {
 #ifdef CODAGPT_HAVE_CUDA
     if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
-    return std::make_unique<GPUBackend>(c, opt);
+    return std::make_unique<GPUBackend<GPT2GPU>>(c, "unfused", opt.recompute_gelu ? ", GELU recomputed" : "",
+                                                 GPUModelOptions{opt.recompute_gelu, true});
 #else
     (void)c;
     (void)opt;
     throw Error("this build has no CUDA support (configure with nvcc on PATH)");
 #endif
+}
+
+std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c) {
+#ifdef CODAGPT_HAVE_CUDA
+    if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
+    return std::make_unique<GPUBackend<GPT2CodaGPU>>(c, "CODA fused", "");
+#else
+    (void)c;
+    throw Error("this build has no CUDA support (configure with nvcc on PATH)");
+#endif
+}
+
+bool use_coda(const std::string& fusion) {
+    if (fusion == "unfused") return false;
+    if (fusion != "coda" && fusion != "auto")
+        throw Error("--fusion must be coda, unfused or auto, got '" + one_line(fusion) + "'");
+    bool sm80 = false;
+#ifdef CODAGPT_HAVE_CUDA
+    int device = 0, major = 0;
+    sm80 = cuda_device_count() > 0 && cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
+#endif
+    if (fusion == "coda" && !sm80) throw Error("--fusion coda needs a GPU of compute capability 8.0 or newer");
+    return sm80;
 }
 
 bool use_gpu(const std::string& device) {

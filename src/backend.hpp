@@ -60,6 +60,13 @@ struct GPUBackendOptions {
 };
 // Throws Error when the build has no CUDA or no GPU is visible.
 std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt);
+// The fused (CODA) GPU trainer (model_coda_gpu.hpp). It never keeps GELU outputs (the fcproj dX
+// GEMM's epilogue recomputes them), so it takes no GPUBackendOptions. Errors as make_gpu_backend.
+std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c);
+// Whether `--fusion` selects the fused path on this machine's GPU: "coda", or "auto" on a GPU of
+// compute capability 8.0 or newer (the GEMM engine's portable mainloop needs sm_80); "unfused"
+// never. Error for any other value, and for "coda" without such a GPU.
+bool use_coda(const std::string& fusion);
 
 // Whether --device means the GPU: "cuda", or "auto" when a GPU is visible; "cpu" does not. Error
 // for any other value.

@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "backend.hpp"
-#include "backend_coda_gpu.hpp"
 #include "checkpoint.hpp"
 #include "common.hpp"
 #include "data.hpp"
@@ -108,7 +107,7 @@ private:
 std::unique_ptr<TrainBackend> make_backend(const TrainConfig& cfg, const TrainOptions& opt) {
     if (use_gpu(opt.device)) {
         const GPUBackendOptions gpu{opt.recompute == "gelu"};
-        return use_coda(opt.fusion) ? make_coda_gpu_backend(cfg, gpu) : make_gpu_backend(cfg, gpu);
+        return use_coda(opt.fusion) ? make_coda_gpu_backend(cfg) : make_gpu_backend(cfg, gpu);
     }
     return make_cpu_backend(cfg);
 }

@@ -19,7 +19,7 @@
 #include <set>
 #include <string>
 
-#include "backend_coda_gpu.hpp"
+#include "backend.hpp"
 #include "data.hpp"
 #include "gpu_test_util.hpp"
 #include "kernel_trace.hpp"
@@ -238,13 +238,13 @@ TEST(CodaGPU, BackendResumeIsBitExact) {
     TrainState end, middle;
     DataLoader::State middle_data;
     {
-        auto model = make_coda_gpu_backend(cfg, {});
+        auto model = make_coda_gpu_backend(cfg);
         DataLoader data = loader();
         train(*model, data, 0, N, straight);
         end = model->save_state();
     }
     {
-        auto model = make_coda_gpu_backend(cfg, {});
+        auto model = make_coda_gpu_backend(cfg);
         DataLoader data = loader();
         train(*model, data, 0, K, split);
         middle = model->save_state();
@@ -253,7 +253,7 @@ TEST(CodaGPU, BackendResumeIsBitExact) {
     {
         TrainConfig other = cfg;
         other.seed = 4242;  // every weight must come from the state
-        auto model = make_coda_gpu_backend(other, {});
+        auto model = make_coda_gpu_backend(other);
         DataLoader data = loader();
         model->load_state(middle);
         data.set_state(middle_data);
@@ -294,7 +294,7 @@ TEST(KernelTrace, FusedStepLaunchesNoLayerNormGeluResidualOrBiasKernel) {
             model.update(1e-4, cfg);
         });
     };
-    const std::vector<std::string> fused = one_step(*make_coda_gpu_backend(cfg, {}));
+    const std::vector<std::string> fused = one_step(*make_coda_gpu_backend(cfg));
     const std::vector<std::string> unfused = one_step(*make_gpu_backend(cfg, {}));
     std::printf("fused step: %zu kernels\n", fused.size());
     for (const std::string& k : fused) std::printf("  %s\n", kernel_function_name(k).c_str());
