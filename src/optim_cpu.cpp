@@ -18,7 +18,7 @@ double lr_at(const TrainConfig& c, int step) {
 }
 
 // Fixed chunks, their partial sums added in chunk order: the same bits for any thread count.
-double global_grad_norm(const float* grads, size_t n) {
+double sum_of_squares(const float* grads, size_t n) {
     constexpr size_t kChunk = 1 << 16;
     const long chunks = long((n + kChunk - 1) / kChunk);
     std::vector<double> partial(chunks);
@@ -31,8 +31,10 @@ double global_grad_norm(const float* grads, size_t n) {
     }
     double sum = 0;
     for (double s : partial) sum += s;
-    return std::sqrt(sum);
+    return sum;
 }
+
+double global_grad_norm(const float* grads, size_t n) { return std::sqrt(sum_of_squares(grads, n)); }
 
 AdamWCPU::AdamWCPU(const std::vector<ParamInfo>& layout) : layout_(layout) {
     size_t n = 0;
@@ -41,21 +43,25 @@ AdamWCPU::AdamWCPU(const std::vector<ParamInfo>& layout) : layout_(layout) {
     v.assign(n, 0.0f);
 }
 
-void AdamWCPU::step(float* params, const float* grads, double lr, double grad_norm, const TrainConfig& c) {
-    t++;
+void adamw_update_range(const std::vector<ParamInfo>& layout, size_t begin, size_t end, float* params,
+                        const float* grads, float* m, float* v, long t, double lr, double grad_norm,
+                        const TrainConfig& c) {
     const float clip = c.grad_clip > 0 && grad_norm > c.grad_clip ? float(c.grad_clip / grad_norm) : 1.0f;
     const float beta1 = float(c.beta1), beta2 = float(c.beta2), eps = float(c.adam_eps), lr_f = float(lr);
     const float bias1 = float(1.0 - std::pow(c.beta1, double(t)));
     const float bias2 = float(1.0 - std::pow(c.beta2, double(t)));
-    size_t offset = 0;
-    for (const ParamInfo& tensor : layout_) {
+    size_t tensor_begin = 0;
+    for (const ParamInfo& tensor : layout) {
+        const size_t lo = std::max(begin, tensor_begin), hi = std::min(end, tensor_begin + tensor.size);
+        tensor_begin += tensor.size;
+        if (lo >= hi) continue;
         const float wd = tensor.decay ? float(c.weight_decay) : 0.0f;
-        float* p = params + offset;
-        const float* g = grads + offset;
-        float* mt = m.data() + offset;
-        float* vt = v.data() + offset;
+        float* p = params + (lo - begin);
+        const float* g = grads + (lo - begin);
+        float* mt = m + (lo - begin);
+        float* vt = v + (lo - begin);
 #pragma omp parallel for simd schedule(static)
-        for (long i = 0; i < long(tensor.size); i++) {
+        for (long i = 0; i < long(hi - lo); i++) {
             const float gi = g[i] * clip;
             mt[i] = beta1 * mt[i] + (1.0f - beta1) * gi;
             vt[i] = beta2 * vt[i] + (1.0f - beta2) * gi * gi;
@@ -63,8 +69,12 @@ void AdamWCPU::step(float* params, const float* grads, double lr, double grad_no
             // decoupled weight decay: p shrinks by lr * wd * p, independent of the gradient moments
             p[i] -= lr_f * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
         }
-        offset += tensor.size;
     }
+}
+
+void AdamWCPU::step(float* params, const float* grads, double lr, double grad_norm, const TrainConfig& c) {
+    t++;
+    adamw_update_range(layout_, 0, m.size(), params, grads, m.data(), v.data(), t, lr, grad_norm, c);
 }
 
 }  // namespace codagpt
