@@ -4,6 +4,15 @@
 
 namespace codagpt {
 
+double mean_device_loss(const float* losses, int n, cudaStream_t stream) {
+    std::vector<float> host(n);
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), losses, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    double sum = 0;
+    for (float x : host) sum += x;
+    return sum / n;
+}
+
 void upload_bf16(bf16* dst, const std::vector<float>& params) {
     std::vector<bf16> rounded(params.size());
 #pragma omp parallel for schedule(static)

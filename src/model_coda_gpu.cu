@@ -315,12 +315,7 @@ struct GPT2CodaGPU::Impl {
         backward_ready = backward_next;
         grad_scale = scale;
 
-        std::vector<float> host(M);
-        CUDA_CHECK(cudaMemcpyAsync(host.data(), losses, M * sizeof(float), cudaMemcpyDeviceToHost, stream));
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        double sum = 0;
-        for (float x : host) sum += x;
-        return sum / M;
+        return mean_device_loss(losses, M, stream);
     }
 
     void backward() {

@@ -189,12 +189,7 @@ struct GPT2GPU::Impl {
         matmul.forward_nt(logits, lnf, p.wte, BT, C, Vp, stream);
         fused_classifier(logits, losses, targets, BT, V, Vp, grad_scale / BT, backward_next, stream);
 
-        std::vector<float> host(BT);
-        CUDA_CHECK(cudaMemcpyAsync(host.data(), losses, BT * sizeof(float), cudaMemcpyDeviceToHost, stream));
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        double sum = 0;
-        for (float x : host) sum += x;
-        return sum / BT;
+        return mean_device_loss(losses, BT, stream);
     }
 
     void backward() {
