@@ -157,9 +157,9 @@ struct CrossEntropyGradient {
     using Col = typename FoldGradient<Act>::Col;
     template <class E>
     CODA_HD void element(const E& e, Row& row, Col& col) const {
-        const float z = logits(e);
-        const float onehot = e.j == target[e.i] ? 1.f : 0.f;
-        const float dz = e.j < vocab ? (expf(z - lse(e)) - onehot) * scale : 0.f;
+        const float z = logits(e), lse_i = lse(e);
+        const float onehot = e.j == e.row_input(target) ? 1.f : 0.f;
+        const float dz = e.j < vocab ? (exp_fast(z - lse_i) - onehot) * scale : 0.f;
         fold.element(e, dz, z, row, col);
     }
     CODA_HD void write_row(const Row& row, RowSlot s) const { fold.write_row(row, s); }

@@ -34,8 +34,11 @@
 // (gemm_epilogue.cuh) pairs the accesses of two horizontally adjacent elements into one 4- or
 // 8-byte access. For that, element() makes the same sequence of tile accesses for every element of
 // a row: no tile access under a condition on the column or on data (a condition on the program's
-// own fields, like LnBackwardX's optional dres, is fine; vector reads, Gather and reduction
-// updates may be conditional on anything).
+// own fields, like LnBackwardX's optional dres, is fine; reduction updates and Gather's write may be
+// conditional on anything). Vector reads (RowVec, ColVec, Gather's column) go through the element
+// too, e.row_input(v) and e.col_input(v), under the same rule: the k-th vector read of element() is
+// the same vector for every element, so the GPU engine reads a row's (a column's) values once per
+// tile and hands the later elements of that row (column) the values it kept in registers.
 //
 // Element-level primitives are the vector and tile loaders and stores below plus plain float
 // arithmetic, so a program body reads as its formula and compiles to straight-line code:
@@ -97,6 +100,24 @@ CODA_HD inline float round_to<float>(float x) { return x; }
 template <>
 CODA_HD inline bf16 round_to<bf16>(float x) { return to_bf16(x); }
 
+// ---------------------------------------------------------------- reading vectors
+// Per-row (length M) and per-column (length N) vectors: inputs of the GEMM, never written by the
+// kernel that reads them, so the GPU reads them through the read-only data path.
+CODA_HD inline float load_input(const float* p) {
+#ifdef __CUDA_ARCH__
+    return __ldg(p);
+#else
+    return *p;
+#endif
+}
+CODA_HD inline int load_input(const int* p) {
+#ifdef __CUDA_ARCH__
+    return __ldg(p);
+#else
+    return *p;
+#endif
+}
+
 // ---------------------------------------------------------------- the element handed to programs
 // The default element context: what the emulator passes and the minimum a GPU engine provides.
 struct Element {
@@ -106,27 +127,22 @@ struct Element {
     CODA_HD T load(const T* p, const L& layout) const { return p[layout.at(i, j)]; }
     template <class T, class L>
     CODA_HD void store(T* p, const L& layout, T value) const { p[layout.at(i, j)] = value; }
+    template <class T>
+    CODA_HD T row_input(const T* v) const { return load_input(v + i); }  // v[i] of a row vector
+    template <class T>
+    CODA_HD T col_input(const T* v) const { return load_input(v + j); }  // v[j] of a column vector
 };
 
 // ---------------------------------------------------------------- vectors and tiles
-// Per-row (length M) and per-column (length N) fp32 vectors: inputs of the GEMM, never written by
-// the kernel that reads them, so the GPU reads them through the read-only data path.
-CODA_HD inline float load_input(const float* p) {
-#ifdef __CUDA_ARCH__
-    return __ldg(p);
-#else
-    return *p;
-#endif
-}
 struct RowVec {
     const float* v = nullptr;
     template <class E>
-    CODA_HD float operator()(const E& e) const { return load_input(v + e.i); }
+    CODA_HD float operator()(const E& e) const { return e.row_input(v); }
 };
 struct ColVec {
     const float* v = nullptr;
     template <class E>
-    CODA_HD float operator()(const E& e) const { return load_input(v + e.j); }
+    CODA_HD float operator()(const E& e) const { return e.col_input(v); }
 };
 
 // Where element (i, j) of a matrix lives: row-major with leading dimension ld, or stored as its
@@ -181,9 +197,29 @@ struct Gather {
     float* out = nullptr;
     template <class E>
     CODA_HD void take(const E& e, float x) const {
-        if (e.j == column[e.i]) out[e.i] = x;
+        if (e.j == e.row_input(column)) out[e.i] = x;
     }
 };
+
+// ---------------------------------------------------------------- fast exp and division
+// The per-element math of an epilogue runs while the tensor cores wait (or the other consumer's
+// mainloop runs), so on the GPU it takes the hardware's approximate exp (ex2.approx: relative
+// error ~1e-6 over the ranges used here) and division (rcp.approx, valid for |b| < 2^126), far
+// below bf16's rounding. The host (the emulator) keeps expf and the IEEE division.
+CODA_HD inline float exp_fast(float x) {
+#ifdef __CUDA_ARCH__
+    return __expf(x);
+#else
+    return expf(x);
+#endif
+}
+CODA_HD inline float div_fast(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fdividef(a, b);
+#else
+    return a / b;
+#endif
+}
 
 // ---------------------------------------------------------------- tanh-GELU
 // gelu(x) = x/2 (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3). 0.5 (1 + tanh u) is the logistic
@@ -194,13 +230,13 @@ constexpr float kGeluCubic = 0.044715f;
 
 CODA_HD inline float gelu(float x) {
     const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    return x / (1.f + expf(fminf(-2.f * u, 80.f)));
+    return div_fast(x, 1.f + exp_fast(fminf(-2.f * u, 80.f)));
 }
 // gelu'(x) = s + 2 x s (1 - s) du/dx, with 1 - s = exp(-2u) s.
 CODA_HD inline float gelu_grad(float x) {
     const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    const float e = expf(fminf(-2.f * u, 80.f));
-    const float s = 1.f / (1.f + e);
+    const float e = exp_fast(fminf(-2.f * u, 80.f));
+    const float s = div_fast(1.f, 1.f + e);
     return s + 2.f * x * s * (e * s) * kGeluScale * (1.f + 3.f * kGeluCubic * x * x);
 }
 
@@ -228,7 +264,7 @@ struct Welford {
     CODA_HD void add(float x) {
         n += 1.f;
         const float d = x - mean;
-        mean += d / n;
+        mean += div_fast(d, n);
         m2 += d * (x - mean);
     }
     CODA_HD void combine(const Welford& o) {
@@ -253,10 +289,10 @@ struct MaxSumExp {
     float max = -INFINITY, sum = 0.f;
     CODA_HD void add(float x) {
         if (x > max) {
-            sum = sum * expf(max - x) + 1.f;
+            sum = sum * exp_fast(max - x) + 1.f;
             max = x;
         } else {
-            sum += expf(x - max);
+            sum += exp_fast(x - max);
         }
     }
     CODA_HD void combine(const MaxSumExp& o) {

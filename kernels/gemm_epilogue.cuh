@@ -10,8 +10,9 @@
 // ROW_STRIDE = 64. The tile's warps form a WARPS_M x WARPS_N grid; warps with the same warp_m hold
 // the same rows, warps with the same warp_n the same columns.
 //
-// Elements. Each thread visits its elements row by row (fm, then the g / g + 8 half), each row in
-// increasing column order (fn, then the pair 2t, 2t + 1), skipping those outside M x N; M and N are
+// Elements. Each thread visits its elements fragment column by fragment column (fn, then fm, then
+// the g / g + 8 half, then the pair 2t, 2t + 1): each row's columns in increasing order and each
+// column's rows in increasing order, skipping those outside M x N; M and N are
 // multiples of 8, so a fragment's 8 columns, and the two columns of a thread, are in or out together.
 // The two columns of a pair run as two element() calls through a PairedElement that makes each
 // tile access of the pair one 4- or 8-byte access (see below).
@@ -26,7 +27,7 @@
 //   Col, within a warp: each thread accumulates its rows of a column in increasing order; the 8
 //     row groups (g = 0..7, xor 4, 8, 16 of the lane) combine as ((g0 g1)(g2 g3))((g4 g5)(g6 g7)).
 //   Col, across warps: the WARPS_M warps sharing a column, in warp_m order, through shared memory;
-//     warp_m = 0, lanes g = 0 call write_col once per column j < N.
+//     one thread per column of the tile calls write_col once per column j < N.
 // Partials land in slot (i, tile_n) of [M, n_tiles_n] and (tile_m, j) of [n_tiles_m, N], as
 // RowPartials / ColPartials lay them out. No atomics: results are bit-for-bit deterministic.
 // Programs without partials (NoPartials) compile to the element loop alone: no shuffles, no shared
@@ -57,16 +58,12 @@ struct Pair<float> {
 };
 }  // namespace detail
 
-// Values carried from the first element of a pair to the second: the k-th tile access of the
-// first element's element() call is paired with the k-th of the second's (the contract in
-// epilogue.cuh keeps these sequences equal). Fully inlined, the slot index is a compile-time
-// constant and the slots are registers. Where an access is conditional (LnBackwardX's optional
-// dres) the index is not, and get/set select among the registers instead of indexing an array,
-// which would go to local memory.
-struct PairSlots {
-    static constexpr int kMax = 8;  // tile accesses per element; the programs make at most 3
+// A few floats in registers, indexed by a slot number that is a compile-time constant once the
+// epilogue is unrolled. Where it is not (a conditional access: LnBackwardX's optional dres), get
+// and set select among the registers instead of indexing an array, which would go to local memory.
+struct RegisterSlots {
+    static constexpr int kMax = 8;  // accesses of one kind per element; the programs make at most 4
     float value[kMax];
-    int next = 0;
     __device__ float get(int k) const {
         float v = 0.f;
 #pragma unroll
@@ -79,49 +76,81 @@ struct PairSlots {
     }
 };
 
+// What one element() call numbers as it goes: its tile accesses (the k-th is paired with the k-th
+// of the other element of its pair) and its row and column vector reads (the k-th is the same
+// vector for every element).
+struct ElementCounters {
+    int tile = 0, row = 0, col = 0;
+};
+
+namespace detail {
+__device__ inline float as_word(float x) { return x; }
+__device__ inline float as_word(int x) { return __int_as_float(x); }
+template <class T>
+__device__ T from_word(float w);
+template <>
+__device__ inline float from_word<float>(float w) { return w; }
+template <>
+__device__ inline int from_word<int>(float w) { return __float_as_int(w); }
+__device__ inline int next_slot(int& counter) {
+    const int k = counter++;
+    if (k >= RegisterSlots::kMax) __trap();  // folded away for programs within the limit
+    return k;
+}
+}  // namespace detail
+
 // The GPU engine's element: columns j (even, `second` false) and j + 1 of one row, in that order.
-// A load by the first element reads both values and keeps the second for the second element; a
-// store by the first is held and written by the second with its own value as one access. Where
-// the two do not lie side by side (a transposed layout) or the pair is not aligned to its size,
-// each element makes its own access.
+// Tile accesses: a load by the first element reads both values and keeps the second for the
+// second element (`pair`); a store by the first is held and written by the second with its own
+// value as one access. A tile whose elements do not lie side by side (a transposed layout) or
+// whose pairs are not aligned to their size (an odd leading dimension or base) is accessed
+// element by element. Vector reads: the first element that reads row i's (column j's) values
+// reads them from memory and keeps them in `row` (`col`); the later elements of that row (column)
+// in this thread's tile take them from there.
 struct PairedElement {
     float acc;
     int i, j;
     bool second;
-    PairSlots* slots;
+    bool row_first, col_first;  // the thread's first element of row i, of column j
+    ElementCounters* counters;
+    RegisterSlots *pair, *row, *col;
 
+    // Pairs of this tile lie side by side and are aligned: j is even, so every pair is when the
+    // base is and a row's length in elements is even.
     template <class T>
-    __device__ static bool pairable(const T* first, const Layout& layout) {
-        return !layout.transposed && reinterpret_cast<uintptr_t>(first) % (2 * sizeof(T)) == 0;
-    }
-    __device__ int slot() const {
-        const int k = slots->next++;
-        if (k >= PairSlots::kMax) __trap();  // folded away for programs within the limit
-        return k;
+    __device__ static bool pairable(const T* p, const Layout& layout) {
+        return !layout.transposed && layout.ld % 2 == 0 && reinterpret_cast<uintptr_t>(p) % (2 * sizeof(T)) == 0;
     }
     template <class T>
     __device__ T load(const T* p, const Layout& layout) const {
-        const int k = slot();
+        const int k = detail::next_slot(counters->tile);
         const T* at = p + layout.at(i, j);
-        if (second) return pairable(at - 1, layout) ? round_to<T>(slots->get(k)) : *at;
-        if (!pairable(at, layout)) return *at;
+        if (!pairable(p, layout)) return *at;
+        if (second) return round_to<T>(pair->get(k));
         const typename detail::Pair<T>::type both = *reinterpret_cast<const typename detail::Pair<T>::type*>(at);
-        slots->set(k, to_float(both.y));
+        pair->set(k, to_float(both.y));
         return both.x;
     }
     template <class T>
     __device__ void store(T* p, const Layout& layout, T value) const {
-        const int k = slot();
+        const int k = detail::next_slot(counters->tile);
         T* at = p + layout.at(i, j);
-        if (!second) {
-            if (pairable(at, layout)) slots->set(k, to_float(value));  // exact: value is a T
-            else *at = value;
-        } else if (pairable(at - 1, layout)) {
-            *reinterpret_cast<typename detail::Pair<T>::type*>(at - 1) =
-                detail::Pair<T>::make(round_to<T>(slots->get(k)), value);
-        } else {
-            *at = value;
-        }
+        if (!pairable(p, layout)) *at = value;
+        else if (!second) pair->set(k, to_float(value));  // exact: value is a T
+        else *reinterpret_cast<typename detail::Pair<T>::type*>(at - 1) = detail::Pair<T>::make(round_to<T>(pair->get(k)), value);
+    }
+    template <class T>
+    __device__ T row_input(const T* v) const { return cached(v + i, row, detail::next_slot(counters->row), row_first); }
+    template <class T>
+    __device__ T col_input(const T* v) const { return cached(v + j, col, detail::next_slot(counters->col), col_first); }
+
+  private:
+    template <class T>
+    __device__ static T cached(const T* at, RegisterSlots* cache, int k, bool first) {
+        if (!first) return detail::from_word<T>(cache->get(k));
+        const T v = load_input(at);
+        cache->set(k, detail::as_word(v));
+        return v;
     }
 };
 
@@ -146,16 +175,32 @@ __device__ S shfl_xor(const S& s, int mask) {
 // The epilogue of one output tile. Every thread of the WARPS_M x WARPS_N warps calls run() with
 // its accumulators; smem: kSmemBytes of shared memory (none for programs without partials), free
 // for other use again when run() returns; sync(): a barrier of exactly these threads.
+//
+// The elements are visited one 8-column fragment at a time (fn outer, then fm and the g / g + 8
+// half): a thread still sees each row's columns in increasing order and each column's rows in
+// increasing order, but a column's state is complete once its fragment is done, so it is combined
+// across the warp's row groups and parked in shared memory right away: only two column states
+// are live at a time instead of 2 FN, and the column vectors of a fragment are read for its 2 FM
+// rows together.
+//
+// Code size. The fragment loop is a run-time loop: its body is one fragment column's code (2 FM
+// pairs of elements), run FN times. Fully unrolled, a program's code for all of a thread's
+// elements (128 at 128 accumulators: 137 KB of SASS for GeluBackward) outgrew the SM's
+// instruction cache, and the epilogue ran at the speed of fetching its instructions from L2
+// (ncu on the H200: a third of the issue stalls on instruction fetch; GeluBackward 5.4x, FcForward
+// 3.1x the time of the plain GEMM of their shape).
 template <class P, int FM, int FN, int ROW_STRIDE, int WARPS_M, int WARPS_N>
 struct TileEpilogue {
     using Row = typename P::Row;
     using Col = typename P::Col;
     static constexpr bool kRows = !std::is_same_v<Row, NoPartials>;
     static constexpr bool kCols = !std::is_same_v<Col, NoPartials>;
+    static constexpr int kThreads = WARPS_M * WARPS_N * 32;
+    static constexpr int kTileCols = WARPS_N * FN * 8;
     // Cross-warp states: rows of warps warp_n >= 1, [warp_n - 1][warp_m][fm][half][g];
-    // columns of warps warp_m >= 1, [warp_m - 1][warp_n][fn][t][pair].
+    // columns of every warp, [warp_m][c] with c = (warp_n FN + fn) 8 + 2t + k the column in the tile.
     static constexpr int kRowSlots = kRows && WARPS_N > 1 ? (WARPS_N - 1) * WARPS_M * FM * 16 : 0;
-    static constexpr int kColSlots = kCols && WARPS_M > 1 ? (WARPS_M - 1) * WARPS_N * FN * 8 : 0;
+    static constexpr int kColSlots = kCols ? WARPS_M * kTileCols : 0;
     static constexpr size_t kRowBytes = kRowSlots * sizeof(Row);
     static constexpr size_t kSmemBytes = kRowBytes + kColSlots * sizeof(Col);
     static constexpr bool kShared = kSmemBytes > 0;
@@ -165,27 +210,54 @@ struct TileEpilogue {
                                int warp_n, int tile_m, int tile_n, int /*n_tiles_m*/, int n_tiles_n, int M, int N,
                                void* smem, Sync sync) {
         const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-        Row rows[FM][2] = {};
-        Col cols[FN][2] = {};
+        Row* row_smem = static_cast<Row*>(smem);
+        Col* col_smem = reinterpret_cast<Col*>(static_cast<char*>(smem) + kRowBytes);
+        // The accumulators, copied to an array that the fragment loop below indexes at run time: the
+        // copy lives in local memory (the thread's L1 lines) and the accumulators stay in registers
+        // for the mainloop. See "Code size" above.
+        float staged[FM][FN][4];
 #pragma unroll
         for (int fm = 0; fm < FM; fm++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int i = warp_row0 + fm * ROW_STRIDE + 8 * h + g;
-                if (i >= M) continue;
+            for (int fn = 0; fn < FN; fn++)
 #pragma unroll
-                for (int fn = 0; fn < FN; fn++) {
-                    const int j = warp_col0 + fn * 8 + 2 * t;
-                    if (j >= N) continue;
-                    PairSlots slots;
-                    p.element(PairedElement{acc[fm][fn][2 * h], i, j, false, &slots}, rows[fm][h], cols[fn][0]);
-                    slots.next = 0;
-                    p.element(PairedElement{acc[fm][fn][2 * h + 1], i, j + 1, true, &slots}, rows[fm][h], cols[fn][1]);
-                }
+                for (int q = 0; q < 4; q++) staged[fm][fn][q] = acc[fm][fn][q];
+        Row rows[FM][2] = {};
+        RegisterSlots row_values[FM][2];  // the vector values of the thread's rows, read at fn = 0
+#pragma unroll 1
+        for (int fn = 0; fn < FN; fn++) {
+            const int j = warp_col0 + fn * 8 + 2 * t;
+            Col cols[2] = {};
+            RegisterSlots col_values[2];  // of its two columns, read at its first row
+            if (j < N) {  // the same for the whole warp: a fragment's 8 columns are in or out together
+#pragma unroll
+                for (int fm = 0; fm < FM; fm++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int i = warp_row0 + fm * ROW_STRIDE + 8 * h + g;
+                        if (i >= M) continue;
+                        const bool col_first = fm == 0 && h == 0;  // rows past M are the later ones
+                        RegisterSlots pair;
+                        ElementCounters first, second;
+                        p.element(PairedElement{staged[fm][fn][2 * h], i, j, false, fn == 0, col_first, &first, &pair,
+                                                &row_values[fm][h], &col_values[0]},
+                                  rows[fm][h], cols[0]);
+                        p.element(PairedElement{staged[fm][fn][2 * h + 1], i, j + 1, true, false, col_first, &second,
+                                                &pair, &row_values[fm][h], &col_values[1]},
+                                  rows[fm][h], cols[1]);
+                    }
             }
+            if constexpr (kCols) {
+#pragma unroll
+                for (int k = 0; k < 2; k++)
+#pragma unroll
+                    for (int mask = 4; mask <= 16; mask *= 2) cols[k].combine(detail::shfl_xor(cols[k], mask));
+                if (g == 0)
+#pragma unroll
+                    for (int k = 0; k < 2; k++) col_smem[warp_m * kTileCols + (warp_n * FN + fn) * 8 + 2 * t + k] = cols[k];
+            }
+        }
 
-        Row* row_smem = static_cast<Row*>(smem);
-        Col* col_smem = reinterpret_cast<Col*>(static_cast<char*>(smem) + kRowBytes);
         if constexpr (kRows) {
 #pragma unroll
             for (int fm = 0; fm < FM; fm++)
@@ -198,19 +270,6 @@ struct TileEpilogue {
                 for (int fm = 0; fm < FM; fm++)
 #pragma unroll
                     for (int h = 0; h < 2; h++) row_smem[row_slot(warp_n, warp_m, fm, h, g)] = rows[fm][h];
-        }
-        if constexpr (kCols) {
-#pragma unroll
-            for (int fn = 0; fn < FN; fn++)
-#pragma unroll
-                for (int k = 0; k < 2; k++)
-#pragma unroll
-                    for (int mask = 4; mask <= 16; mask *= 2) cols[fn][k].combine(detail::shfl_xor(cols[fn][k], mask));
-            if (WARPS_M > 1 && warp_m > 0 && g == 0)
-#pragma unroll
-                for (int fn = 0; fn < FN; fn++)
-#pragma unroll
-                    for (int k = 0; k < 2; k++) col_smem[col_slot(warp_m, warp_n, fn, t, k)] = cols[fn][k];
         }
         if constexpr (kShared) sync();
         if constexpr (kRows) {
@@ -228,18 +287,15 @@ struct TileEpilogue {
                     }
         }
         if constexpr (kCols) {
-            if (warp_m == 0 && g == 0)
+            // Column c of the tile: the WARPS_M warps' states in warp_m order, one thread a column.
+            const int tile_col0 = warp_col0 - warp_n * FN * 8;
+            for (int c = (warp_m * WARPS_N + warp_n) * 32 + lane; c < kTileCols; c += kThreads) {
+                if (tile_col0 + c >= N) continue;
+                Col total = col_smem[c];
 #pragma unroll
-                for (int fn = 0; fn < FN; fn++)
-#pragma unroll
-                    for (int k = 0; k < 2; k++) {
-                        const int j = warp_col0 + fn * 8 + 2 * t + k;
-                        if (j >= N) continue;
-                        Col total = cols[fn][k];
-#pragma unroll
-                        for (int w = 1; w < WARPS_M; w++) total.combine(col_smem[col_slot(w, warp_n, fn, t, k)]);
-                        p.write_col(total, ColSlot{j, tile_m, N});
-                    }
+                for (int w = 1; w < WARPS_M; w++) total.combine(col_smem[w * kTileCols + c]);
+                p.write_col(total, ColSlot{tile_col0 + c, tile_m, N});
+            }
         }
         if constexpr (kShared) sync();  // shared memory free again (a persistent kernel's next tile)
     }
@@ -247,9 +303,6 @@ struct TileEpilogue {
   private:
     __device__ static int row_slot(int warp_n, int warp_m, int fm, int h, int g) {
         return (((warp_n - 1) * WARPS_M + warp_m) * FM + fm) * 16 + h * 8 + g;
-    }
-    __device__ static int col_slot(int warp_m, int warp_n, int fn, int t, int k) {
-        return (((warp_m - 1) * WARPS_N + warp_n) * FN + fn) * 8 + t * 2 + k;
     }
 };
 

@@ -112,7 +112,10 @@ struct BlockSync {
 };
 
 // ---------------------------------------------------------------- the kernel
-template <class P, bool A_KMAJOR, bool B_KMAJOR>
+// kPass: a pass without a GEMM (K = 0), the epilogue on accumulators that are zero at compile
+// time: the compiler keeps no registers for them and the block needs only the epilogue's shared
+// memory, so a memory-bound pass runs with many blocks per SM instead of a GEMM tile's two.
+template <class P, bool A_KMAJOR, bool B_KMAJOR, bool kPass = false>
 __global__ void __launch_bounds__(kThreads) gemm_kernel(const P program, const GemmProblem prob) {
     using ATile = OperandTile<A_KMAJOR>;
     using BTile = OperandTile<B_KMAJOR>;
@@ -130,6 +133,12 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const P program, const G
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
+    if constexpr (kPass) {
+        const float zero[kFM][kFN][4] = {};
+        Epilogue::run(program, zero, m0 + warp_m * kFM * 16, n0 + warp_n * kFN * 8, warp_m, warp_n, tile_m, tile_n,
+                      tiles_m, tiles_n, M, N, smem, BlockSync{});
+        return;
+    }
     const int k_tiles = (K + kBK - 1) / kBK;
 
     auto load_stage = [&](int stage, int kt) {
@@ -175,10 +184,11 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const P program, const G
 // ---------------------------------------------------------------- host side
 inline TileShape tile_shape(const GemmProblem&) { return TileShape{kBM, kBN, {4, 2}, {8, 1}}; }
 
-template <class P, bool A_KMAJOR, bool B_KMAJOR>
+template <class P, bool A_KMAJOR, bool B_KMAJOR, bool kPass = false>
 void launch(const P& program, const GemmProblem& prob, cudaStream_t stream) {
-    constexpr size_t smem = std::max(kRingBytes<A_KMAJOR, B_KMAJOR>, TileEpilogue<P, kFM, kFN, 16, kWarpsM, kWarpsN>::kSmemBytes);
-    auto kernel = gemm_kernel<P, A_KMAJOR, B_KMAJOR>;
+    constexpr size_t epilogue = TileEpilogue<P, kFM, kFN, 16, kWarpsM, kWarpsN>::kSmemBytes;
+    constexpr size_t smem = kPass ? epilogue : std::max(kRingBytes<A_KMAJOR, B_KMAJOR>, epilogue);
+    auto kernel = gemm_kernel<P, A_KMAJOR, B_KMAJOR, kPass>;
     // Per call rather than once: the attribute is per device, and the call costs about a microsecond.
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const long blocks = (long)n_tiles(prob.M, kBM) * n_tiles(prob.N, kBN);
@@ -189,6 +199,7 @@ void launch(const P& program, const GemmProblem& prob, cudaStream_t stream) {
 // out = program(A B) for a validated problem (gemm.cuh checks it); K = 0 runs the epilogue on acc = 0.
 template <class P>
 void gemm(const P& program, const GemmProblem& prob, cudaStream_t stream) {
+    if (prob.K == 0) return launch<P, true, true, true>(program, prob, stream);
     const bool a_kmajor = !prob.a.layout.transposed, b_kmajor = prob.b.layout.transposed;
     if (a_kmajor && b_kmajor) launch<P, true, true>(program, prob, stream);
     else if (a_kmajor) launch<P, true, false>(program, prob, stream);

@@ -1,11 +1,13 @@
 #include "kernel_trace.hpp"
 
 #include "common.hpp"
+
+#include <algorithm>
+#include <cstdio>
 #ifdef CODAGPT_HAVE_CUDA
 #include <cupti.h>
 #include <cxxabi.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -22,6 +24,7 @@ constexpr size_t kBufferBytes = 8 << 20;
 struct KernelRecord {
     uint32_t correlation;  // CUPTI numbers API calls in call order: the launch order
     std::string name;
+    uint64_t start, end;  // ns
 };
 
 // CUPTI hands completed buffers to a plain function with no user pointer, on a thread of its own:
@@ -49,7 +52,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS)
         if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && g_records) {
             const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-            g_records->push_back({k->correlationId, demangle(k->name)});
+            g_records->push_back({k->correlationId, demangle(k->name), k->start, k->end});
         }
     std::free(buffer);
 }
@@ -63,7 +66,7 @@ void cupti_check(CUptiResult r, const char* call) {
 
 }  // namespace
 
-std::vector<std::string> trace_kernels(const std::function<void()>& fn) {
+std::vector<TracedKernel> trace_kernels(const std::function<void()>& fn) {
     std::vector<KernelRecord> records;
     CUDA_CHECK(cudaDeviceSynchronize());  // earlier work is not part of the trace
     cupti_check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
@@ -88,12 +91,12 @@ std::vector<std::string> trace_kernels(const std::function<void()>& fn) {
     stop();
     std::stable_sort(records.begin(), records.end(),
                      [](const KernelRecord& a, const KernelRecord& b) { return a.correlation < b.correlation; });
-    std::vector<std::string> names;
-    for (KernelRecord& r : records) names.push_back(std::move(r.name));
-    return names;
+    std::vector<TracedKernel> kernels;
+    for (KernelRecord& r : records) kernels.push_back({std::move(r.name), (r.end - r.start) * 1e-6});
+    return kernels;
 }
 #else
-std::vector<std::string> trace_kernels(const std::function<void()>&) {
+std::vector<TracedKernel> trace_kernels(const std::function<void()>&) {
     throw Error("--trace-kernels needs a build with CUDA");
 }
 #endif
@@ -110,6 +113,68 @@ std::string kernel_function_name(const std::string& demangled) {
     if (colon != std::string::npos) from = colon + 2;
     if (space != std::string::npos && space + 1 > from) from = space + 1;
     return s.substr(from);
+}
+
+namespace {
+// "gemm_kernel<Config<...>, false, true, codagpt::coda::QkvForward<__nv_bfloat16> >(...)" (sm90) or
+// "gemm_kernel<codagpt::coda::QkvGradient<__nv_bfloat16>, true, true, true>(...)" (sm80): the
+// program is the template argument of namespace codagpt::coda that is not a Config; its name
+// without namespaces and template arguments.
+std::string gemm_program(const std::string& demangled) {
+    const size_t open = demangled.find('<'), close = demangled.find(">(");
+    if (open == std::string::npos || close == std::string::npos) return "";
+    int depth = 0;
+    size_t arg = open + 1;
+    for (size_t i = open + 1; i <= close; i++) {
+        if (demangled[i] == '<') depth++;
+        if (i < close && demangled[i] == '>') depth--;
+        if ((demangled[i] == ',' && depth == 0) || i == close) {
+            const std::string a = demangled.substr(arg, i - arg);
+            if (a.find("coda::") != std::string::npos && a.find("Config<") == std::string::npos)
+                return kernel_function_name(a);
+            arg = i + 1;
+        }
+    }
+    return "";
+}
+}  // namespace
+
+std::string kernel_time_table(const std::vector<TracedKernel>& kernels) {
+    struct Row {
+        std::string label;
+        int launches = 0;
+        double ms = 0;
+    };
+    std::vector<Row> rows;
+    std::vector<std::string> names;  // rows[i]'s full name
+    double total = 0;
+    for (const TracedKernel& k : kernels) {
+        const size_t i = std::find(names.begin(), names.end(), k.name) - names.begin();
+        if (i == names.size()) {
+            names.push_back(k.name);
+            std::string label = kernel_function_name(k.name);
+            if (label == "gemm_kernel") {
+                const std::string arch = k.name.find("::sm90::") != std::string::npos ? "sm90" : "sm80";
+                label += " " + arch + " " + gemm_program(k.name);
+            }
+            rows.push_back({label.substr(0, 90)});
+        }
+        rows[i].launches++;
+        rows[i].ms += k.ms;
+        total += k.ms;
+    }
+    std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.ms > b.ms; });
+    std::string out;
+    char line[160];
+    std::snprintf(line, sizeof line, "%10s %8s %6s  %s\n", "ms", "launches", "share", "kernel");
+    out += line;
+    for (const Row& r : rows) {
+        std::snprintf(line, sizeof line, "%10.3f %8d %5.1f%%  %s\n", r.ms, r.launches, total > 0 ? 100 * r.ms / total : 0.0,
+                      r.label.c_str());
+        out += line;
+    }
+    std::snprintf(line, sizeof line, "%10.3f %8zu %5.1f%%  all kernels\n", total, kernels.size(), 100.0);
+    return out + line;
 }
 
 }  // namespace codagpt

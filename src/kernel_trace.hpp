@@ -9,10 +9,21 @@
 
 namespace codagpt {
 
+struct TracedKernel {
+    std::string name;  // demangled (a library's unmangled names as they are)
+    double ms;         // its run time on the GPU, end minus start as CUPTI records them
+};
+
 // Runs fn (after waiting for earlier GPU work) and returns the kernels it launched on any stream,
-// ordered by launch, as demangled names (a library's unmangled names as they are). Waits for the
-// device before returning. Throws Error when CUPTI fails (e.g. another profiler holds it).
-std::vector<std::string> trace_kernels(const std::function<void()>& fn);
+// ordered by launch. Waits for the device before returning. Throws Error when CUPTI fails (e.g.
+// another profiler holds it). Kernel activity records serialize concurrent kernels a little; the
+// times are for finding where a step's time goes, not for benchmarks.
+std::vector<TracedKernel> trace_kernels(const std::function<void()>& fn);
+
+// A table of where the time of `kernels` goes: one line per distinct kernel (full demangled name,
+// shortened to its function name and, for the GEMM engine's kernels, its epilogue program), with
+// launches, total ms and share, largest total first; then the sum.
+std::string kernel_time_table(const std::vector<TracedKernel>& kernels);
 
 // The function name of a demangled kernel name: no return type, namespaces, template arguments or
 // parameters ("void ns::gemm_kernel<P, true>(P)" -> "gemm_kernel").

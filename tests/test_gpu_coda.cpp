@@ -275,6 +275,27 @@ TEST(KernelTrace, FunctionNames) {
     EXPECT_EQ(kernel_function_name("sm90_xmma_gemm_bf16bf16_bf16f32"), "sm90_xmma_gemm_bf16bf16_bf16f32");
 }
 
+// Launches of the same kernel add up in one line, GEMMs are told apart by their program, the
+// largest total comes first, and the shares add up to the sum.
+TEST(KernelTrace, TimeTable) {
+    const std::string qkv = "void codagpt::coda::sm90::gemm_kernel<codagpt::coda::sm90::Config<128, 128, 6, true>, "
+                            "false, true, codagpt::coda::QkvForward<__nv_bfloat16> >(codagpt::coda::sm90::Params, "
+                            "codagpt::coda::QkvForward<__nv_bfloat16>)";
+    const std::string fin = "codagpt::(anonymous namespace)::finalize_row_stats_kernel(float*, float*, float const*, int, int)";
+    const std::string pass = "void codagpt::coda::sm80::gemm_kernel<codagpt::coda::QkvGradient<__nv_bfloat16>, true, "
+                             "true, true>(codagpt::coda::QkvGradient<__nv_bfloat16>, codagpt::coda::GemmProblem)";
+    const std::string table = kernel_time_table({{fin, 0.5}, {qkv, 2.0}, {fin, 0.25}, {qkv, 1.0}, {pass, 0.25}});
+    std::printf("%s", table.c_str());
+    const size_t gemm = table.find("gemm_kernel sm90 QkvForward"), finalize = table.find("finalize_row_stats_kernel");
+    ASSERT_NE(gemm, std::string::npos);
+    ASSERT_NE(finalize, std::string::npos);
+    EXPECT_LT(gemm, finalize);
+    EXPECT_NE(table.find("     3.000        2  75.0%  gemm_kernel sm90 QkvForward"), std::string::npos);
+    EXPECT_NE(table.find("     0.750        2  18.8%  finalize_row_stats_kernel"), std::string::npos);
+    EXPECT_NE(table.find("     0.250        1   6.2%  gemm_kernel sm80 QkvGradient"), std::string::npos);
+    EXPECT_NE(table.find("     4.000        5 100.0%  all kernels"), std::string::npos);
+}
+
 // One training step (forward, backward, optimizer step) of each path, traced with CUPTI: the
 // unfused step launches our LayerNorm, GELU, residual and bias kernels (so the check can fail),
 // the fused step none of them.
@@ -294,16 +315,16 @@ TEST(KernelTrace, FusedStepLaunchesNoLayerNormGeluResidualOrBiasKernel) {
             model.update(1e-4, cfg);
         });
     };
-    const std::vector<std::string> fused = one_step(*make_coda_gpu_backend(cfg));
-    const std::vector<std::string> unfused = one_step(*make_gpu_backend(cfg, {}));
-    std::printf("fused step: %zu kernels\n", fused.size());
-    for (const std::string& k : fused) std::printf("  %s\n", kernel_function_name(k).c_str());
+    const std::vector<TracedKernel> fused = one_step(*make_coda_gpu_backend(cfg));
+    const std::vector<TracedKernel> unfused = one_step(*make_gpu_backend(cfg, {}));
+    std::printf("fused step: %zu kernels\n%s", fused.size(), kernel_time_table(fused).c_str());
     std::printf("unfused step: %zu kernels\n", unfused.size());
+    for (const TracedKernel& k : fused) EXPECT_GE(k.ms, 0.0) << k.name;
 
-    auto launched = [](const std::vector<std::string>& trace, const std::string& prefix) {
+    auto launched = [](const std::vector<TracedKernel>& trace, const std::string& prefix) {
         std::set<std::string> names;
-        for (const std::string& k : trace) {
-            const std::string f = kernel_function_name(k);
+        for (const TracedKernel& k : trace) {
+            const std::string f = kernel_function_name(k.name);
             if (f.rfind(prefix, 0) == 0) names.insert(f);
         }
         return names;
