@@ -60,6 +60,12 @@ __global__ void __launch_bounds__(kNormBlocks) norm_final_kernel(float* out, con
     if (threadIdx.x == 0) out[0] = (float)s;
 }
 
+__global__ void sum_in_order_kernel(float* out, const float* partials, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += (double)partials[i];
+    out[0] = (float)s;
+}
+
 // Exact rounding (not the --use_fast_math approximations) so that the factor equals the CPU's
 // float(clip / norm) up to the norm's own rounding.
 __global__ void clip_scale_kernel(float* grad_scale, float* norm, const float* norm_squared, float clip) {
@@ -156,6 +162,11 @@ void global_norm_squared(float* out, float* scratch, const float* grads, size_t 
     CUDA_CHECK_LAUNCH(norm_partial_kernel);
     norm_final_kernel<<<1, kNormBlocks, 0, stream>>>(out, scratch);
     CUDA_CHECK_LAUNCH(norm_final_kernel);
+}
+
+void sum_in_order(float* out, const float* partials, int n, cudaStream_t stream) {
+    sum_in_order_kernel<<<1, 1, 0, stream>>>(out, partials, n);
+    CUDA_CHECK_LAUNCH(sum_in_order_kernel);
 }
 
 void clip_scale(float* grad_scale, float* norm, const float* norm_squared, float clip, cudaStream_t stream) {

@@ -10,6 +10,9 @@ namespace codagpt {
 // 4-byte-aligned grads.
 size_t global_norm_scratch_floats();
 void global_norm_squared(float* out, float* scratch, const float* grads, size_t n, cudaStream_t stream);
+// out[0] = partials[0] + ... + partials[n-1], added in index order in double (the ranks' shard sums
+// of squares of a ZeRO-1 step: the same bits on every rank, and partials[0] itself when n = 1).
+void sum_in_order(float* out, const float* partials, int n, cudaStream_t stream);
 
 // One AdamW update of n elements (decoupled weight decay; t = 1-based step for bias correction).
 // grad_scale multiplies the gradient first (global-norm clipping); it is read from device memory

@@ -5,8 +5,9 @@
 #   bash scripts/gpu_check.sh DIR tests      every GPU test binary
 #   bash scripts/gpu_check.sh DIR bench      350M and 1.5B at B=16, T=1024: codagpt (GELU kept and
 #                                            recomputed) and the PyTorch peer (eager and compiled)
-#   bash scripts/gpu_check.sh DIR trace      the kernels of one 1.5B training step, each fusion path:
-#                                            trace_coda_1.5b.txt, trace_unfused_1.5b.txt
+#   bash scripts/gpu_check.sh DIR trace      the kernels of one training step and their times, each
+#                                            fusion path, 350M and 1.5B (TRACE_MODELS):
+#                                            trace_{coda,unfused}_{350m,1.5b}.txt
 #   bash scripts/gpu_check.sh DIR parity     350M on TinyShakespeare, PARITY_STEPS (default 300) steps,
 #                                            same seed and data, both paths: parity_{coda,unfused}.jsonl
 #                                            (the runs' metrics) and parity.json (a parity record)
@@ -16,8 +17,8 @@ set -uo pipefail
 dir=$1; what=${2:-tests}
 out=${OUT:-gpu_out}; mkdir -p "$out"
 runs=$(mktemp -d)
-# cuBLASLt and cuDNN where the GPU machine keeps them (../shared/DEVICE.md); DIR: carried libraries
-export LD_LIBRARY_PATH=$dir:/usr/local/cuda/lib64:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib:${LD_LIBRARY_PATH:-}
+# cuBLASLt, cuDNN and NCCL where the GPU machine keeps them (../shared/DEVICE.md); DIR: carried libraries
+export LD_LIBRARY_PATH=$dir:/usr/local/cuda/lib64:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 summary=()
 
@@ -59,11 +60,16 @@ if [[ $what == bench || $what == all ]]; then
 fi
 
 if [[ $what == trace ]]; then
-  for fusion in coda unfused; do
-    "$dir/codagpt" train --config "$dir/configs/gpt2-1.5b.json" --device cuda --fusion $fusion --steps 3 --quiet \
-      --train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" --eval_every 0 --eval_batches 1 \
-      --out_dir "$runs/trace-$fusion" --trace-kernels "$out/trace_${fusion}_1.5b.txt" > "$runs/trace-$fusion.log" 2>&1
-    summary+=("trace $fusion: $(grep -E 'kernels of step|error' "$runs/trace-$fusion.log")")
+  for model in ${TRACE_MODELS:-gpt2-350m gpt2-1.5b}; do
+    for fusion in coda unfused; do
+      name=trace_${fusion}_${model#gpt2-}
+      "$dir/codagpt" train --config "$dir/configs/$model.json" --device cuda --fusion $fusion --steps 3 --quiet \
+        --train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" --eval_every 0 --eval_batches 1 \
+        --out_dir "$runs/$name" --trace-kernels "$out/$name.txt" > "$runs/$name.log" 2>&1
+      summary+=("$name: $(grep -E 'kernels of step|error' "$runs/$name.log")")
+      summary+=("$(grep -A12 'kernels of step' "$runs/$name.log" | tail -12)")
+      summary+=("$(grep 'all kernels' "$runs/$name.log")")
+    done
   done
 fi
 

@@ -17,7 +17,7 @@ bin=$dir/codagpt; [[ -x $bin ]] || bin=$dir/build/codagpt
 configs=$dir/configs
 data=$dir/data; [[ -f $data/val_000000.bin ]] || data=$dir/data/tinyshakespeare
 [[ -x $bin ]] || { echo "reproduce_table: no codagpt binary in $dir or $dir/build" >&2; exit 1; }
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib:/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}
 steps=${STEPS:-30}
 
 for model in ${MODELS:-gpt2-350m gpt2-1.5b}; do

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include "common.hpp"
+#include "data_parallel.hpp"
 #include "device.hpp"
 #include "model_cpu.hpp"
 #include "optim_cpu.hpp"
@@ -81,23 +82,33 @@ std::unique_ptr<Decoder> decoder_of(const GPT2CodaGPU& m) { return m.make_decode
 
 // Either GPU path (GPT2GPU: unfused; GPT2CodaGPU: the fused schedule) behind the same interface,
 // data, AdamW and checkpoint state, so runs and --resume work the same on both. `path` and `note`
-// go into describe().
+// go into describe(). With a DataParallel (which the model was given too) it counts the micro-steps
+// since zero_grad, so that gradients are reduced in the backward of the last of grad_accum.
 template <class Model>
 class GPUBackend final : public TrainBackend {
 public:
     template <class... ModelOptions>
-    GPUBackend(const TrainConfig& c, std::string path, std::string note, ModelOptions... options)
-        : model_(c.model, c.batch_size, c.seq_len, options...), path_(std::move(path)), note_(std::move(note)) {
+    GPUBackend(const TrainConfig& c, std::shared_ptr<DataParallel> dp, std::string path, std::string note,
+               ModelOptions... options)
+        : model_(c.model, c.batch_size, c.seq_len, options...), dp_(std::move(dp)), grad_accum_(c.grad_accum),
+          path_(std::move(path)), note_(std::move(note)) {
         model_.set_params(gpt2_init_params(c.model, c.seed));  // the CPU reference's weights for this seed
     }
     std::string describe() const override {
+        const std::string ranks = dp_ ? ", rank " + std::to_string(dp_->rank()) + " of " +
+                                            std::to_string(dp_->world_size()) + ", ZeRO-1"
+                                      : "";
         return "GPU " + cuda_device_name() + " (" + path_ + ", bf16, attention " + model_.attention_backend() + note_ +
-               ")";
+               ranks + ")";
     }
     size_t num_params() const override { return model_.num_params(); }
-    void zero_grad() override { model_.zero_grad(); }
+    void zero_grad() override {
+        model_.zero_grad();
+        micro_steps_ = 0;
+    }
     double forward_backward(const int* inputs, const int* targets, float grad_scale) override {
         const double loss = model_.forward(inputs, targets, /*backward_next=*/true, grad_scale);
+        if (dp_) dp_->set_last_micro_step(++micro_steps_ == grad_accum_);
         model_.backward();
         return loss;
     }
@@ -126,6 +137,8 @@ public:
 
 private:
     Model model_;
+    std::shared_ptr<DataParallel> dp_;
+    int grad_accum_, micro_steps_ = 0;
     std::string path_, note_;
 };
 #endif
@@ -134,24 +147,29 @@ private:
 
 std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& c) { return std::make_unique<CPUBackend>(c); }
 
-std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt) {
+std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt,
+                                               std::shared_ptr<DataParallel> data_parallel) {
 #ifdef CODAGPT_HAVE_CUDA
     if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
-    return std::make_unique<GPUBackend<GPT2GPU>>(c, "unfused", opt.recompute_gelu ? ", GELU recomputed" : "",
-                                                 GPUModelOptions{opt.recompute_gelu, true});
+    return std::make_unique<GPUBackend<GPT2GPU>>(c, data_parallel, "unfused",
+                                                 opt.recompute_gelu ? ", GELU recomputed" : "",
+                                                 GPUModelOptions{opt.recompute_gelu, true, data_parallel});
 #else
     (void)c;
     (void)opt;
+    (void)data_parallel;
     throw Error("this build has no CUDA support (configure with nvcc on PATH)");
 #endif
 }
 
-std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c) {
+std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c, std::shared_ptr<DataParallel> data_parallel) {
 #ifdef CODAGPT_HAVE_CUDA
     if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
-    return std::make_unique<GPUBackend<GPT2CodaGPU>>(c, "CODA fused", "");
+    return std::make_unique<GPUBackend<GPT2CodaGPU>>(c, data_parallel, "CODA fused", "", /*prefer_cudnn=*/true,
+                                                     data_parallel);
 #else
     (void)c;
+    (void)data_parallel;
     throw Error("this build has no CUDA support (configure with nvcc on PATH)");
 #endif
 }

@@ -8,7 +8,8 @@
 
 namespace codagpt {
 
-class Decoder;  // sample.hpp
+class Decoder;       // sample.hpp
+class DataParallel;  // data_parallel.hpp
 
 // What a checkpoint holds of a backend: the fp32 weights of record (the master weights on a GPU),
 // the AdamW moments, all flat in param_layout() order, and the number of AdamW updates taken.
@@ -58,11 +59,17 @@ std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& c);
 struct GPUBackendOptions {
     bool recompute_gelu = false;
 };
+// data_parallel: this process is one rank of a data-parallel job (data_parallel.hpp); its backend
+// trains on the rank's micro-batches, averages the gradients across ranks on the last of the
+// config's grad_accum micro-steps, and keeps the ZeRO-1 shard of the optimizer state; save_state()
+// is then collective (every rank calls it) and holds the state on rank 0 only. Null: one process.
 // Throws Error when the build has no CUDA or no GPU is visible.
-std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt);
+std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt,
+                                               std::shared_ptr<DataParallel> data_parallel = nullptr);
 // The fused (CODA) GPU trainer (model_coda_gpu.hpp). It never keeps GELU outputs (the fcproj dX
 // GEMM's epilogue recomputes them), so it takes no GPUBackendOptions. Errors as make_gpu_backend.
-std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c);
+std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c,
+                                                    std::shared_ptr<DataParallel> data_parallel = nullptr);
 // Whether `--fusion` selects the fused path on this machine's GPU: "coda", or "auto" on a GPU of
 // compute capability 8.0 or newer (the GEMM engine's portable mainloop needs sm_80); "unfused"
 // never. Error for any other value, and for "coda" without such a GPU.

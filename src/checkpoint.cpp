@@ -79,6 +79,10 @@ void parse_metadata(const std::string& text, uint64_t data_bytes, Checkpoint& ck
         const json& loader = j.at("train_loader");
         ck.train_loader.epoch = unsigned_at(loader, "epoch");
         ck.train_loader.next = unsigned_at(loader, "next");
+        // Written by data-parallel runs; older files are of one rank.
+        const uint64_t ranks = loader.contains("ranks") ? unsigned_at(loader, "ranks") : 1;
+        if (ranks < 1 || ranks > (1u << 20)) throw Error("train_loader.ranks " + std::to_string(ranks) + " is out of range");
+        ck.data_ranks = int(ranks);
 
         const json& table = j.at("tensors");
         if (!table.is_array()) throw Error("tensor table: \"tensors\" is not an array");
@@ -182,7 +186,8 @@ void write_checkpoint(const Checkpoint& ck, const std::function<void(const void*
                        {"config", config_to_json(ck.config)},
                        {"step", ck.step},
                        {"adamw_t", s.t},
-                       {"train_loader", {{"epoch", ck.train_loader.epoch}, {"next", ck.train_loader.next}}},
+                       {"train_loader",
+                        {{"epoch", ck.train_loader.epoch}, {"next", ck.train_loader.next}, {"ranks", ck.data_ranks}}},
                        {"tensors", table}};
     const std::string text = meta.dump();
     if (text.size() > std::numeric_limits<uint32_t>::max()) throw Error("checkpoint metadata is too large");
@@ -303,6 +308,11 @@ void check_resumable(const Checkpoint& ck, const TrainConfig& cfg, const std::st
     if (ck.step > cfg.steps)
         throw bad(path, "it is at step " + std::to_string(ck.step) + ", beyond this run's steps (" +
                             std::to_string(cfg.steps) + ")");
+}
+
+DataLoader::State loader_state_for(const Checkpoint& ck, int ranks) {
+    if (ranks < 1) throw Error("loader_state_for: rank count " + std::to_string(ranks) + " is not positive");
+    return {ck.train_loader.epoch, ck.train_loader.next * uint64_t(ck.data_ranks) / uint64_t(ranks)};
 }
 
 std::string checkpoint_path(const std::string& out_dir, int step) {

@@ -10,7 +10,8 @@
 //          P+D  uint32   CRC-32 (IEEE, as zlib's crc32) of every byte before it
 // Metadata: {"format": "codagpt checkpoint", "config": the run's config (every key, as config.json),
 //   "step": optimizer steps completed, "adamw_t": AdamW updates taken (bias correction),
-//   "train_loader": {"epoch", "next"} (DataLoader::State), "tensors": [{"name", "dtype": "f32",
+//   "train_loader": {"epoch", "next", "ranks"} (DataLoader::State of each of `ranks` data-parallel
+//   ranks; files without "ranks" are of one), "tensors": [{"name", "dtype": "f32",
 //   "offset", "size"}, ...]} with offset (from P) and size in bytes. The tensors are param.<name>
 //   (fp32 weights of record), then adam_m.<name>, then adam_v.<name>, each over param_layout(),
 //   contiguous. No random-generator state is needed: initialisation is a function of the seed, the
@@ -35,8 +36,9 @@ constexpr size_t kCheckpointAlign = 64;        // the tensor data starts at a mu
 struct Checkpoint {
     TrainConfig config;  // of the run that wrote it
     int step = 0;        // optimizer steps completed: the run continues with step index `step`
-    DataLoader::State train_loader;
-    TrainState state;
+    DataLoader::State train_loader;  // every rank's (they move in lockstep)
+    TrainState state;                // full, whatever the rank count (a ZeRO-1 run gathers it to rank 0)
+    int data_ranks = 1;              // the ranks of the run that wrote it
 };
 
 // Writes `ck` to `path` atomically (temporary file, fsync, rename): a crash or an error at any
@@ -53,6 +55,11 @@ Checkpoint load_checkpoint(const std::string& path);
 // beyond cfg.steps. Other keys (steps, lr, eval cadence, paths, ...) may change on resume.
 void check_resumable(const Checkpoint& ck, const TrainConfig& cfg, const std::string& path);
 
+// The data position of `ck` for a run on `ranks` ranks (resuming on another rank count): the same
+// epoch, and the windows the writing run's ranks had taken (data_ranks x next positions of the
+// epoch's order) shared out again, each rank continuing after its share, rounded down (when the
+// counts do not divide, a few windows are seen twice). The same rank count keeps the position.
+DataLoader::State loader_state_for(const Checkpoint& ck, int ranks);
 // out_dir/ckpt_<step>.bin
 std::string checkpoint_path(const std::string& out_dir, int step);
 // The checkpoints in out_dir (files named exactly ckpt_<step>.bin), ordered by step.

@@ -1,5 +1,7 @@
 #include "gpu_training.hpp"
 
+#include <limits>
+
 #include "adamw.cuh"
 
 namespace codagpt {
@@ -20,29 +22,138 @@ void upload_bf16(bf16* dst, const std::vector<float>& params) {
     CUDA_CHECK(cudaMemcpy(dst, rounded.data(), rounded.size() * sizeof(bf16), cudaMemcpyHostToDevice));
 }
 
-double device_grad_norm(const OptimizerBuffers& b, cudaStream_t stream) {
-    float* const norm_sq = b.scalars;
-    float* const norm = b.scalars + 1;
-    global_norm_squared(norm_sq, b.norm_scratch, b.grads, b.n, stream);
-    clip_scale(b.scalars + 2, norm, norm_sq, /*clip=*/0.0f, stream);  // the norm; the scale is set by the step
-    float host_norm = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&host_norm, norm, sizeof(float), cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    return host_norm;
+void device_shard_norm_squared(const OptimizerBuffers& b, float* out, cudaStream_t stream) {
+    global_norm_squared(out, b.norm_scratch, b.grads + b.shard->begin, b.shard->end - b.shard->begin, stream);
 }
 
 void device_adamw_step(const OptimizerBuffers& b, int t, double lr, const TrainConfig& c, cudaStream_t stream) {
     float* const norm_sq = b.scalars;
     float* const grad_scale = b.scalars + 2;
     clip_scale(grad_scale, nullptr, norm_sq, (float)c.grad_clip, stream);
-    size_t offset = 0;
-    for (const ParamInfo& info : *b.layout) {
+    for (const TensorSpan& span : b.shard->tensors) {
         const AdamWArgs args{(float)lr, (float)c.beta1, (float)c.beta2, (float)c.adam_eps,
-                             info.decay ? (float)c.weight_decay : 0.0f, t};
-        adamw_update(b.master + offset, b.params + offset, b.grads + offset, b.m + offset, b.v + offset, info.size,
-                     args, grad_scale, stream);
-        offset += info.size;
+                             span.decay ? (float)c.weight_decay : 0.0f, t};
+        const size_t local = span.begin - b.shard->begin;  // where the span sits in master, m, v
+        adamw_update(b.master + local, b.params + span.begin, b.grads + span.begin, b.m + local, b.v + local,
+                     span.end - span.begin, args, grad_scale, stream);
     }
+}
+
+namespace {
+ZeroPlan plan_of(const ModelConfig& c, const DataParallel* dp) {
+    return dp ? dp->plan() : make_zero_plan(param_layout(c), 1);
+}
+}  // namespace
+
+size_t TrainableParams::device_bytes(const ModelConfig& c, const DataParallel* dp, bool full_master) {
+    const ZeroPlan plan = plan_of(c, dp);
+    const size_t P = plan.padded_total, S = plan.shard_size;
+    return P * (sizeof(bf16) + sizeof(float)) + (full_master ? P : S) * sizeof(float) + 2 * S * sizeof(float);
+}
+
+TrainableParams::TrainableParams(const ModelConfig& c, std::shared_ptr<DataParallel> dp, bool full_master,
+                                 cudaStream_t stream, const std::function<void*(size_t)>& alloc)
+    : plan_(plan_of(c, dp.get())), rank_(dp ? dp->rank() : 0), dp_(std::move(dp)), full_master_(full_master),
+      stream_(stream) {
+    const size_t P = plan_.padded_total, S = plan_.shard_size;
+    params_ = static_cast<bf16*>(alloc(P * sizeof(bf16)));
+    grads_ = static_cast<float*>(alloc(P * sizeof(float)));
+    master_ = static_cast<float*>(alloc((full_master_ ? P : S) * sizeof(float)));
+    m_ = static_cast<float*>(alloc(S * sizeof(float)));
+    v_ = static_cast<float*>(alloc(S * sizeof(float)));
+    scalars_ = static_cast<float*>(alloc(4 * sizeof(float)));
+    norm_scratch_ = static_cast<float*>(alloc(global_norm_scratch_floats() * sizeof(float)));
+    norm_partials_ = static_cast<float*>(alloc(plan_.ranks * sizeof(float)));
+    // The padding stays zero in every buffer: nothing ever writes past the real elements.
+    CUDA_CHECK(cudaMemset(params_, 0, P * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(grads_, 0, P * sizeof(float)));
+    CUDA_CHECK(cudaMemset(master_, 0, (full_master_ ? P : S) * sizeof(float)));
+    CUDA_CHECK(cudaMemset(m_, 0, S * sizeof(float)));
+    CUDA_CHECK(cudaMemset(v_, 0, S * sizeof(float)));
+}
+
+OptimizerBuffers TrainableParams::buffers() const {
+    const size_t own = full_master_ ? plan_.shards[rank_].padded_begin : 0;  // the shard's place in master_
+    return {&plan_.layout, &plan_.shards[rank_], master_ + own, params_, grads_, m_, v_, scalars_, norm_scratch_};
+}
+
+void TrainableParams::set_params(const std::vector<float>& params) {
+    if (params.size() != plan_.n) throw Error("set_params: expected " + std::to_string(plan_.n) + " values");
+    const RankShard& s = plan_.shards[rank_];
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (full_master_)
+        CUDA_CHECK(cudaMemcpy(master_, params.data(), plan_.n * sizeof(float), cudaMemcpyHostToDevice));
+    else
+        CUDA_CHECK(cudaMemcpy(master_, params.data() + s.begin, (s.end - s.begin) * sizeof(float),
+                              cudaMemcpyHostToDevice));
+    upload_bf16(params_, params);
+}
+
+std::vector<float> TrainableParams::gather(const float* shard_buf) const {
+    std::vector<float> full(plan_.n);
+    if (dp_) {
+        dp_->gather_to_root(full.data(), shard_buf, stream_);
+        if (rank_ != 0) return {};
+    } else {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        CUDA_CHECK(cudaMemcpy(full.data(), shard_buf, plan_.n * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    return full;
+}
+
+std::vector<float> TrainableParams::master_params() const { return gather(buffers().master); }
+std::vector<float> TrainableParams::m() const { return gather(m_); }
+std::vector<float> TrainableParams::v() const { return gather(v_); }
+
+void TrainableParams::set_optimizer_state(const std::vector<float>& m, const std::vector<float>& v, long t) {
+    if (m.size() != plan_.n || v.size() != plan_.n)
+        throw Error("set_optimizer_state: expected " + std::to_string(plan_.n) + " values per moment");
+    if (t < 0 || t > std::numeric_limits<int>::max())
+        throw Error("set_optimizer_state: step count " + std::to_string(t) + " out of range");
+    const RankShard& s = plan_.shards[rank_];
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaMemcpy(m_, m.data() + s.begin, (s.end - s.begin) * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(v_, v.data() + s.begin, (s.end - s.begin) * sizeof(float), cudaMemcpyHostToDevice));
+    step_ = (int)t;
+}
+
+std::vector<float> TrainableParams::local_grads() const {
+    std::vector<float> h(plan_.n);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaMemcpy(h.data(), grads_, plan_.n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+void TrainableParams::zero_grad() {
+    CUDA_CHECK(cudaMemsetAsync(grads_, 0, plan_.n * sizeof(float), stream_));
+}
+
+void TrainableParams::layer_grads_done(int layer) {
+    if (dp_) dp_->bucket_done(layer, grads_, stream_);
+}
+
+double TrainableParams::grad_norm() {
+    const OptimizerBuffers b = buffers();
+    float* const norm_sq = scalars_;
+    if (dp_) {
+        dp_->wait_for_gradients(grads_, stream_);
+        device_shard_norm_squared(b, norm_partials_ + rank_, stream_);
+        dp_->all_gather_norm_partials(norm_partials_, stream_);
+        sum_in_order(norm_sq, norm_partials_, plan_.ranks, stream_);
+    } else {
+        device_shard_norm_squared(b, norm_sq, stream_);
+    }
+    float* const norm = scalars_ + 1;
+    clip_scale(scalars_ + 2, norm, norm_sq, /*clip=*/0.0f, stream_);  // the norm; the scale is set by the step
+    float host_norm = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&host_norm, norm, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return host_norm;
+}
+
+void TrainableParams::apply_update(double lr, const TrainConfig& c) {
+    device_adamw_step(buffers(), ++step_, lr, c, stream_);
+    if (dp_) dp_->all_gather_weights(params_, full_master_ ? master_ : nullptr, stream_);
 }
 
 }  // namespace codagpt

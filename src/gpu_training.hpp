@@ -1,13 +1,18 @@
 // What the two GPU trainers share (the unfused GPT2GPU, model_gpu.hpp, and the fused GPT2CodaGPU,
 // model_coda_gpu.hpp): device buffers allocated up front and freed together, bf16 copies of fp32
-// weights, and the optimizer step over flat parameter buffers in param_layout order (global
-// gradient norm, clipping, AdamW: kernels/adamw.cuh).
+// weights, and the trainable state with its optimizer step over flat parameter buffers in
+// param_layout order (global gradient norm, clipping, AdamW: kernels/adamw.cuh), on one GPU or as
+// one rank of a data-parallel job with ZeRO-1 (data_parallel.hpp).
 #pragma once
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "common.cuh"
 #include "config.hpp"
+#include "data_parallel.hpp"
 #include "gpt2_params.hpp"
+#include "zero_shard.hpp"
 
 namespace codagpt {
 
@@ -35,24 +40,83 @@ double mean_device_loss(const float* losses, int n, cudaStream_t stream);
 // Weights rounded to bf16 (nearest even) on the host, then copied to dst (n = params.size()).
 void upload_bf16(bf16* dst, const std::vector<float>& params);
 
-// The buffers of an optimizer step: n elements each, flat in `layout` order, and the step's device
-// scratch: scalars (3 floats: norm^2, norm, clip scale) and norm_scratch
-// (global_norm_scratch_floats() floats).
+// The buffers of one rank's optimizer step. params and grads are the model's whole flat buffers
+// (param_layout order); master, m and v hold the flat elements [shard->begin, shard->end) (a ZeRO-1
+// rank's shard, or the whole model as the one shard of one rank). scalars: 3 floats (norm^2, norm,
+// clip scale); norm_scratch: global_norm_scratch_floats() floats.
 struct OptimizerBuffers {
     const std::vector<ParamInfo>* layout = nullptr;
-    size_t n = 0;
+    const RankShard* shard = nullptr;
     float* master = nullptr;  // fp32 weights of record
     bf16* params = nullptr;   // their bf16 copies, which the kernels read
     float *grads = nullptr, *m = nullptr, *v = nullptr;
     float *scalars = nullptr, *norm_scratch = nullptr;
 };
 
-// The global L2 norm of the gradients, computed on the device and kept there (scalars[0] = norm^2)
-// for device_adamw_step; synchronizes to return it.
-double device_grad_norm(const OptimizerBuffers& b, cudaStream_t stream);
+// out[0] = the sum of squares of the shard's gradients (on the device).
+void device_shard_norm_squared(const OptimizerBuffers& b, float* out, cudaStream_t stream);
 
-// Clips with the norm device_grad_norm left on the device, then AdamW step t (1-based) over every
-// tensor (weight decay where ParamInfo::decay). Enqueued on `stream`: does not synchronize.
+// Clips with the global norm^2 in scalars[0], then AdamW step t (1-based) over the shard, tensor by
+// tensor (weight decay where ParamInfo::decay), writing the bf16 copies of the updated weights into
+// params at their own offsets. Every element's update reads only its own values, so the shards of
+// any rank count give the bits of the unsharded step. Enqueued on `stream`: does not synchronize.
 void device_adamw_step(const OptimizerBuffers& b, int t, double lr, const TrainConfig& c, cudaStream_t stream);
+
+// A GPU model's trainable state, one implementation for both models: bf16 weights (what the kernels
+// read), fp32 gradients, and the optimizer state of this rank's ZeRO-1 shard (fp32 master weights,
+// AdamW moments). Alone (no DataParallel) the one shard is the whole model and nothing is
+// communicated. With a DataParallel of R ranks the weight and gradient buffers hold the plan's
+// padded_total elements (zeros past n), m and v only the rank's chunk (shard_size), and the master
+// weights the rank's chunk too unless the model needs all of them (full_master: the fused model's
+// folds and LayerNorm gradients read fp32 weights; they are then all-gathered with the bf16 ones).
+class TrainableParams {
+public:
+    // alloc: the model's device allocator, in bytes (it reports running out of memory its own way).
+    TrainableParams(const ModelConfig& c, std::shared_ptr<DataParallel> dp, bool full_master, cudaStream_t stream,
+                    const std::function<void*(size_t)>& alloc);
+    // Device bytes the constructor allocates, for out-of-memory estimates.
+    static size_t device_bytes(const ModelConfig& c, const DataParallel* dp, bool full_master);
+
+    bf16* params() const { return params_; }
+    float* grads() const { return grads_; }
+    float* master() const { return master_; }  // all fp32 weights with full_master, else the rank's chunk
+
+    // Weights (every rank passes all n, param_layout order): the rank's master chunk and all bf16 copies.
+    void set_params(const std::vector<float>& params);
+    // Host copies of all n elements, in param_layout order. With several ranks these are collective
+    // (every rank calls them) and return the values on rank 0 only, empty vectors on the others.
+    std::vector<float> master_params() const;
+    std::vector<float> m() const;
+    std::vector<float> v() const;
+    long step() const { return step_; }
+    void set_optimizer_state(const std::vector<float>& m, const std::vector<float>& v, long t);
+    // This rank's gradient buffer (n elements): its own micro-batches' gradients, its shard averaged
+    // over the ranks once grad_norm() has run.
+    std::vector<float> local_grads() const;
+
+    void zero_grad();
+    // Backward's report that `layer`'s gradients are complete (-1: wte, wpe, LN_f): with several
+    // ranks, on the last micro-step, their reduction starts on the side stream.
+    void layer_grads_done(int layer);
+    // The global gradient norm before clipping: waits for the reductions, sums the shards' squares
+    // in rank order; keeps norm^2 on the device for apply_update. Synchronizes.
+    double grad_norm();
+    // AdamW over the rank's shard with the clip from grad_norm(), then the all-gather of the
+    // weights. Enqueued on the stream: the model refolds (fused path) and synchronizes.
+    void apply_update(double lr, const TrainConfig& c);
+
+private:
+    std::vector<float> gather(const float* shard_buf) const;
+    OptimizerBuffers buffers() const;
+    ZeroPlan plan_;
+    int rank_ = 0;
+    std::shared_ptr<DataParallel> dp_;
+    bool full_master_;
+    cudaStream_t stream_;
+    bf16* params_ = nullptr;
+    float *grads_ = nullptr, *master_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+    float *scalars_ = nullptr, *norm_scratch_ = nullptr, *norm_partials_ = nullptr;
+    int step_ = 0;  // optimizer steps taken (AdamW bias correction)
+};
 
 }  // namespace codagpt

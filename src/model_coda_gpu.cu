@@ -52,10 +52,11 @@ struct GPT2CodaGPU::Impl {
     cudaStream_t stream = nullptr;
     EncoderBuckets* buckets = nullptr;
 
-    // parameters (flat, param_layout order): bf16 copies, fp32 master, gradients, AdamW moments
+    // parameters (flat, param_layout order): bf16 copies, fp32 master, gradients, AdamW moments.
+    // Every rank keeps all fp32 weights (full_master): the folds and the LayerNorm gradients read them.
+    std::unique_ptr<TrainableParams> state;
     bf16* params;
-    float *master, *grads, *m, *v, *scalars, *norm_scratch;
-    int step = 0;  // optimizer steps taken (AdamW bias correction)
+    float *master, *grads;
     GPT2Params<bf16> p;
     GPT2Params<float> pm, g;  // master weights, gradients
 
@@ -80,7 +81,7 @@ struct GPT2CodaGPU::Impl {
     bool backward_ready = false;
     float grad_scale = 1.f;
 
-    Impl(const ModelConfig& c, int B_, int T_, bool prefer_cudnn)
+    Impl(const ModelConfig& c, int B_, int T_, bool prefer_cudnn, std::shared_ptr<DataParallel> dp)
         : cfg(c), B(B_), T(T_), M(B_ * T_), layout(param_layout(c)), attention(prefer_cudnn) {
         if (B < 1 || T < 1 || T > c.max_seq_len || M % 8 != 0)
             throw Error("fused GPU model: needs 1 <= seq_len <= max_seq_len and batch_size * seq_len a multiple of 8, got " +
@@ -90,16 +91,11 @@ struct GPT2CodaGPU::Impl {
         const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab(), MC = (size_t)M * C;
         const size_t tiles_m = n_tiles(M, kMinTile), tiles_c = n_tiles((int)C, kMinTile), tiles_v = n_tiles((int)Vp, kMinTile);
 
-        params = mem.alloc<bf16>(n_params);
-        master = mem.alloc<float>(n_params);
-        grads = mem.alloc<float>(n_params);
-        m = mem.alloc<float>(n_params);
-        v = mem.alloc<float>(n_params);
-        CUDA_CHECK(cudaMemset(m, 0, n_params * sizeof(float)));
-        CUDA_CHECK(cudaMemset(v, 0, n_params * sizeof(float)));
-        CUDA_CHECK(cudaMemset(grads, 0, n_params * sizeof(float)));
-        scalars = mem.alloc<float>(4);
-        norm_scratch = mem.alloc<float>(global_norm_scratch_floats());
+        state = std::make_unique<TrainableParams>(c, std::move(dp), /*full_master=*/true, stream,
+                                                  [this](size_t bytes) { return (void*)mem.alloc<char>(bytes); });
+        params = state->params();
+        master = state->master();
+        grads = state->grads();
         p = param_views(params, cfg);
         pm = param_views(master, cfg);
         g = param_views(grads, cfg);
@@ -157,8 +153,6 @@ struct GPT2CodaGPU::Impl {
         encoder_buckets_destroy(buckets);
         if (stream) cudaStreamDestroy(stream);
     }
-
-    OptimizerBuffers optimizer() { return {&layout, n_params, master, params, grads, m, v, scalars, norm_scratch}; }
 
     // W~, c, b~ of every fold from the current master weights: after set_params and every AdamW step.
     void fold() {
@@ -394,69 +388,44 @@ struct GPT2CodaGPU::Impl {
             //     layer below (in place); column partials -> that layer's fcproj bias gradient
             ln_backward_x(dz_hat, C3, transposed(qf.w_folded, C3), x, mu_l, rstd_l, true,
                           l > 0 ? layer_params(g, l - 1, C).fcproj_b : nullptr);
+            // Layer l's gradients are complete: its fcproj bias gradient came from step 10 of layer
+            // l+1 (for the last layer, from the LM head dX GEMM), the rest from this iteration.
+            state->layer_grads_done(l);
         }
         // Embedding backward: its own kernel, adding into the wte gradient beside the LM head's.
         encoder_backward(g.wte, g.wpe, dres, buckets, B, T, C, stream);
+        state->layer_grads_done(-1);
     }
 };
 
-GPT2CodaGPU::GPT2CodaGPU(const ModelConfig& cfg, int B, int T, bool prefer_cudnn)
-    : impl_(std::make_unique<Impl>(cfg, B, T, prefer_cudnn)) {
+GPT2CodaGPU::GPT2CodaGPU(const ModelConfig& cfg, int B, int T, bool prefer_cudnn, std::shared_ptr<DataParallel> dp)
+    : impl_(std::make_unique<Impl>(cfg, B, T, prefer_cudnn, std::move(dp))) {
     num_params_ = impl_->n_params;
 }
 GPT2CodaGPU::~GPT2CodaGPU() = default;
 
 void GPT2CodaGPU::set_params(const std::vector<float>& params) {
-    if (params.size() != num_params_) throw Error("set_params: expected " + std::to_string(num_params_) + " values");
-    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
-    CUDA_CHECK(cudaMemcpy(impl_->master, params.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
-    upload_bf16(impl_->params, params);
+    impl_->state->set_params(params);
     impl_->fold();
     CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }
-
-std::vector<float> GPT2CodaGPU::master_params() const {
-    std::vector<float> h(num_params_);
-    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
-    CUDA_CHECK(cudaMemcpy(h.data(), impl_->master, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
-    return h;
-}
-
-std::vector<float> GPT2CodaGPU::grads() const {
-    std::vector<float> h(num_params_);
-    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
-    CUDA_CHECK(cudaMemcpy(h.data(), impl_->grads, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
-    return h;
-}
-
+std::vector<float> GPT2CodaGPU::master_params() const { return impl_->state->master_params(); }
+std::vector<float> GPT2CodaGPU::grads() const { return impl_->state->local_grads(); }
 GPT2GPU::OptimizerState GPT2CodaGPU::optimizer_state() const {
-    GPT2GPU::OptimizerState s{std::vector<float>(num_params_), std::vector<float>(num_params_), impl_->step};
-    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
-    CUDA_CHECK(cudaMemcpy(s.m.data(), impl_->m, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(s.v.data(), impl_->v, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
-    return s;
+    return {impl_->state->m(), impl_->state->v(), impl_->state->step()};
 }
-
 void GPT2CodaGPU::set_optimizer_state(const std::vector<float>& m, const std::vector<float>& v, long t) {
-    if (m.size() != num_params_ || v.size() != num_params_)
-        throw Error("set_optimizer_state: expected " + std::to_string(num_params_) + " values per moment");
-    if (t < 0 || t > 2147483647L) throw Error("set_optimizer_state: step count " + std::to_string(t) + " out of range");
-    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
-    CUDA_CHECK(cudaMemcpy(impl_->m, m.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(impl_->v, v.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
-    impl_->step = (int)t;
+    impl_->state->set_optimizer_state(m, v, t);
 }
 
 double GPT2CodaGPU::forward(const int* inputs, const int* targets, bool backward_next, float grad_scale) {
     return impl_->forward(inputs, targets, backward_next, grad_scale);
 }
 void GPT2CodaGPU::backward() { impl_->backward(); }
-void GPT2CodaGPU::zero_grad() {
-    CUDA_CHECK(cudaMemsetAsync(impl_->grads, 0, num_params_ * sizeof(float), impl_->stream));
-}
-double GPT2CodaGPU::grad_norm() { return device_grad_norm(impl_->optimizer(), impl_->stream); }
+void GPT2CodaGPU::zero_grad() { impl_->state->zero_grad(); }
+double GPT2CodaGPU::grad_norm() { return impl_->state->grad_norm(); }
 void GPT2CodaGPU::apply_update(double lr, const TrainConfig& c) {
-    device_adamw_step(impl_->optimizer(), ++impl_->step, lr, c, impl_->stream);
+    impl_->state->apply_update(lr, c);  // every rank's shard, all-gathered: the folds read all weights
     impl_->fold();
     CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }

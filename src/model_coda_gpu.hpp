@@ -22,7 +22,8 @@ namespace codagpt {
 class GPT2CodaGPU {
 public:
     // Allocates every buffer for micro-batches of B x T up front: the step loop never allocates.
-    GPT2CodaGPU(const ModelConfig& cfg, int B, int T, bool prefer_cudnn = true);
+    // dp: one rank of a data-parallel job (as GPUModelOptions::data_parallel); null for one process.
+    GPT2CodaGPU(const ModelConfig& cfg, int B, int T, bool prefer_cudnn = true, std::shared_ptr<DataParallel> dp = nullptr);
     ~GPT2CodaGPU();
     GPT2CodaGPU(const GPT2CodaGPU&) = delete;
     GPT2CodaGPU& operator=(const GPT2CodaGPU&) = delete;

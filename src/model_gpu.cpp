@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <limits>
 
 #include "adamw.cuh"
 #include "attention.cuh"
@@ -32,9 +31,11 @@ struct GPT2GPU::Impl {
     cudaStream_t stream = nullptr;
     EncoderBuckets* buckets = nullptr;
 
-    // parameters, gradients, optimizer state (flat, param_layout order)
+    // parameters, gradients, optimizer state (flat, param_layout order); the master weights are
+    // read by the optimizer only, so a rank of a data-parallel job keeps just its shard of them
+    std::unique_ptr<TrainableParams> state;
     bf16* params = nullptr;
-    float *master = nullptr, *grads = nullptr, *m = nullptr, *v = nullptr;
+    float* grads = nullptr;
     GPT2Params<bf16> p;
     GPT2Params<float> g;
 
@@ -43,10 +44,9 @@ struct GPT2GPU::Impl {
     float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd, *losses;
     // scratch: gradients flowing backward, GEMM outputs consumed at once, reduction partials
     bf16 *dresidual, *dbtc, *dbt4c, *dqkv, *btc;
-    float *reduce_scratch, *norm_scratch, *scalars;  // scalars: norm^2, norm, grad_scale
+    float* reduce_scratch;
     int *inputs, *targets;
     std::vector<void*> allocations;
-    int step = 0;  // optimizer steps taken (AdamW bias correction)
 
     size_t free_at_start = 0, fixed_bytes = 0, bytes_per_token = 0;  // for the out-of-memory message
 
@@ -95,18 +95,15 @@ struct GPT2GPU::Impl {
         // and per token (the sizes below with BT = 1), for the out-of-memory message.
         size_t total = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_at_start, &total));
-        fixed_bytes = n_params * (sizeof(bf16) + 4 * sizeof(float));
+        fixed_bytes = TrainableParams::device_bytes(c, opt.data_parallel.get(), /*full_master=*/false);
         bytes_per_token = sizeof(bf16) * (C + L * C * (1 + 3 + 1 + 1 + 1 + 4 + 1) + (opt.recompute_gelu ? 1 : L) * 4 * C +
                                           C + Vp + C * (1 + 1 + 1 + 4 + 3)) +
                           sizeof(float) * (L * 4 + L * NH + 2 + 1) + sizeof(int) * 2;
 
-        params = alloc<bf16>(n_params);
-        master = alloc<float>(n_params);
-        grads = alloc<float>(n_params);
-        m = alloc<float>(n_params);
-        v = alloc<float>(n_params);
-        CUDA_CHECK(cudaMemset(m, 0, n_params * sizeof(float)));
-        CUDA_CHECK(cudaMemset(v, 0, n_params * sizeof(float)));
+        state = std::make_unique<TrainableParams>(c, opt.data_parallel, /*full_master=*/false, stream,
+                                                  [this](size_t bytes) { return (void*)alloc<char>(bytes); });
+        params = state->params();
+        grads = state->grads();
         p = param_views(params, cfg);
         g = param_views(grads, cfg);
 
@@ -139,8 +136,6 @@ struct GPT2GPU::Impl {
                                         bias_backward_scratch_floats((int)BT, (int)(4 * C)),
                                         bias_backward_scratch_floats((int)BT, (int)(3 * C))});
         reduce_scratch = alloc<float>(reduce);
-        norm_scratch = alloc<float>(global_norm_scratch_floats());
-        scalars = alloc<float>(4);
         inputs = alloc<int>(BT);
         targets = alloc<int>(BT);
         buckets = encoder_buckets_create((int)BT);
@@ -233,14 +228,15 @@ struct GPT2GPU::Impl {
             matmul.backward_input(dbtc, dqkv, w.qkv_w, BT, C, 3 * C, false, stream);
             layernorm_backward(dresidual, dw.ln1_w, dw.ln1_b, reduce_scratch, dbtc, residual_in(l), w.ln1_w,
                                ln1_mean + l * BT, ln1_rstd + l * BT, BT, C, stream);
+            state->layer_grads_done(l);
         }
         encoder_backward(g.wte, g.wpe, dresidual, buckets, B, T, C, stream);
+        state->layer_grads_done(-1);
     }
 
-    OptimizerBuffers optimizer() { return {&layout, n_params, master, params, grads, m, v, scalars, norm_scratch}; }
-    double grad_norm() { return device_grad_norm(optimizer(), stream); }
+    double grad_norm() { return state->grad_norm(); }
     void apply_update(double lr, const TrainConfig& c) {
-        device_adamw_step(optimizer(), ++step, lr, c, stream);
+        state->apply_update(lr, c);
         CUDA_CHECK(cudaStreamSynchronize(stream));
     }
 };
@@ -251,50 +247,21 @@ GPT2GPU::GPT2GPU(const ModelConfig& cfg, int B, int T, const GPUModelOptions& op
 }
 GPT2GPU::~GPT2GPU() = default;
 
-void GPT2GPU::set_params(const std::vector<float>& params) {
-    if (params.size() != num_params_) throw Error("set_params: expected " + std::to_string(num_params_) + " values");
-    CUDA_CHECK(cudaMemcpy(impl_->master, params.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
-    upload_bf16(impl_->params, params);
-}
-
-std::vector<float> GPT2GPU::master_params() const {
-    std::vector<float> h(num_params_);
-    CUDA_CHECK(cudaMemcpy(h.data(), impl_->master, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
-    return h;
-}
-
+void GPT2GPU::set_params(const std::vector<float>& params) { impl_->state->set_params(params); }
+std::vector<float> GPT2GPU::master_params() const { return impl_->state->master_params(); }
 GPT2GPU::OptimizerState GPT2GPU::optimizer_state() const {
-    OptimizerState s{std::vector<float>(num_params_), std::vector<float>(num_params_), impl_->step};
-    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
-    CUDA_CHECK(cudaMemcpy(s.m.data(), impl_->m, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(s.v.data(), impl_->v, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
-    return s;
+    return {impl_->state->m(), impl_->state->v(), impl_->state->step()};
 }
-
 void GPT2GPU::set_optimizer_state(const std::vector<float>& m, const std::vector<float>& v, long t) {
-    if (m.size() != num_params_ || v.size() != num_params_)
-        throw Error("set_optimizer_state: expected " + std::to_string(num_params_) + " values per moment");
-    if (t < 0 || t > std::numeric_limits<int>::max())
-        throw Error("set_optimizer_state: step count " + std::to_string(t) + " out of range");
-    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
-    CUDA_CHECK(cudaMemcpy(impl_->m, m.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(impl_->v, v.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
-    impl_->step = (int)t;
+    impl_->state->set_optimizer_state(m, v, t);
 }
-
-std::vector<float> GPT2GPU::grads() const {
-    std::vector<float> h(num_params_);
-    CUDA_CHECK(cudaMemcpy(h.data(), impl_->grads, num_params_ * sizeof(float), cudaMemcpyDeviceToHost));
-    return h;
-}
+std::vector<float> GPT2GPU::grads() const { return impl_->state->local_grads(); }
 
 double GPT2GPU::forward(const int* inputs, const int* targets, bool backward_next, float grad_scale) {
     return impl_->forward(inputs, targets, backward_next, grad_scale);
 }
 void GPT2GPU::backward() { impl_->backward(); }
-void GPT2GPU::zero_grad() {
-    CUDA_CHECK(cudaMemsetAsync(impl_->grads, 0, num_params_ * sizeof(float), impl_->stream));
-}
+void GPT2GPU::zero_grad() { impl_->state->zero_grad(); }
 double GPT2GPU::update(double lr, const TrainConfig& c) {
     const double norm = impl_->grad_norm();
     impl_->apply_update(lr, c);

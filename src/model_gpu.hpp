@@ -17,9 +17,14 @@ struct CUstream_st;
 
 namespace codagpt {
 
+class DataParallel;  // data_parallel.hpp
+
 struct GPUModelOptions {
     bool recompute_gelu = false;  // keep one GELU-output buffer, recomputed in backward (llm.c's -r 1)
     bool prefer_cudnn = true;     // cuDNN flash attention when built with it, else our own kernel
+    // One rank of a data-parallel job (ZeRO-1 shard of the optimizer state, gradients reduced
+    // across ranks, weights all-gathered after each step); null for a single process.
+    std::shared_ptr<DataParallel> data_parallel;
 };
 
 class GPT2GPU {
@@ -33,8 +38,10 @@ public:
     // Sets the fp32 master weights (and their bf16 copies) from a flat host vector in param_layout order.
     void set_params(const std::vector<float>& params);
     std::vector<float> master_params() const;  // fp32 weights of record
-    std::vector<float> grads() const;          // fp32 gradients, param_layout order
+    std::vector<float> grads() const;          // fp32 gradients, param_layout order (TrainableParams::local_grads)
     // AdamW state, for checkpoints: moments in param_layout order and the number of updates taken.
+    // In a data-parallel job master_params() and optimizer_state() are collective (every rank calls
+    // them) and hold the values on rank 0 only (TrainableParams, gpu_training.hpp).
     struct OptimizerState {
         std::vector<float> m, v;
         long t = 0;

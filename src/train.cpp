@@ -19,6 +19,7 @@
 #include "checkpoint.hpp"
 #include "common.hpp"
 #include "data.hpp"
+#include "data_parallel.hpp"
 #include "device.hpp"
 #include "dist_env.hpp"
 #include "fileio.hpp"
@@ -104,12 +105,24 @@ private:
     struct sigaction old_int_ {}, old_term_ {};
 };
 
-std::unique_ptr<TrainBackend> make_backend(const TrainConfig& cfg, const TrainOptions& opt) {
+// dp: this process's rank of a data-parallel job (GPU only), or null.
+std::unique_ptr<TrainBackend> make_backend(const TrainConfig& cfg, const TrainOptions& opt,
+                                           const std::shared_ptr<DataParallel>& dp) {
     if (use_gpu(opt.device)) {
         const GPUBackendOptions gpu{opt.recompute == "gelu"};
-        return use_coda(opt.fusion) ? make_coda_gpu_backend(cfg) : make_gpu_backend(cfg, gpu);
+        return use_coda(opt.fusion) ? make_coda_gpu_backend(cfg, dp) : make_gpu_backend(cfg, gpu, dp);
     }
     return make_cpu_backend(cfg);
+}
+
+// Per-rank values summed over the ranks of `dp` in rank order (the same bits on every rank and run
+// to run); the values themselves for a single process.
+std::vector<double> sum_over_ranks(DataParallel* dp, const std::vector<double>& values) {
+    if (!dp) return values;
+    const std::vector<double> all = dp->all_gather(values);
+    std::vector<double> sum(values.size(), 0.0);
+    for (size_t i = 0; i < all.size(); i++) sum[i % values.size()] += all[i];
+    return sum;
 }
 
 // Weights for --init-from: any weights file, of exactly the config's model shape.
@@ -139,9 +152,10 @@ std::string token_ids_text(const std::vector<int>& tokens) {
     return s;
 }
 
-// Mean loss over up to eval_batches batches of the validation data, from its beginning.
+// Mean loss over up to eval_batches batches of this rank's share of the validation data, from its
+// beginning, averaged over the ranks.
 double evaluate(TrainBackend& model, DataLoader& val, int eval_batches, std::vector<int>& inputs,
-                std::vector<int>& targets) {
+                std::vector<int>& targets, DataParallel* dp) {
     val.reset();
     const int n = (int)std::min<size_t>(eval_batches, val.windows_per_rank());
     double sum = 0;
@@ -149,7 +163,7 @@ double evaluate(TrainBackend& model, DataLoader& val, int eval_batches, std::vec
         val.next_batch(inputs.data(), targets.data());
         sum += model.evaluate(inputs.data(), targets.data());
     }
-    return sum / n;
+    return sum_over_ranks(dp, {sum / n})[0] / (dp ? dp->world_size() : 1);
 }
 
 // "1h02m", "3m07s", "12s": what is left of the run, for the live line.
@@ -175,7 +189,6 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         throw Error("--recompute must be none or gelu, got '" + opt.recompute + "'");
     const ModelConfig& mc = cfg.model;
     const int B = cfg.batch_size, T = cfg.seq_len;
-    const long tokens_per_step = (long)B * T * cfg.grad_accum;
     if (opt.stop_after < 0) throw Error("--stop-after must be >= 0, got " + std::to_string(opt.stop_after));
     if (!opt.init_from.empty() && !opt.resume.empty())
         throw Error("--init-from and --resume exclude each other: --resume continues a run, --init-from starts one "
@@ -183,13 +196,22 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
 
     if (!opt.trace_kernels.empty() && !use_gpu(opt.device))
         throw Error("--trace-kernels lists GPU kernels: it needs a GPU run (--device cuda or auto with a GPU)");
-    // ---- ranks: one process, or one of several started by the launcher, srun or mpirun. Every
-    // process joins the rendezvous, which also tells a launcher that start-up went well.
+    // ---- ranks: one process, or one of several started by the launcher, srun or mpirun. A rank of
+    // a job, and the one worker of `--nproc-per-node 1` (the same path on one GPU), trains data
+    // parallel over NCCL: it joins the rendezvous (which also tells a launcher that start-up went
+    // well) and the communicator on GPU local_rank. Rank 0 alone logs and writes files.
     const DistContext dist = dist_context_from_env();
-    exchange_unique_id(dist, random_unique_id);  // the NCCL trainer: ncclGetUniqueId, then ncclCommInitRank
-    if (dist.world_size > 1)
-        throw Error("training on " + std::to_string(dist.world_size) +
-                    " ranks needs the NCCL data-parallel trainer, which is not built yet (issue 6)");
+    std::shared_ptr<DataParallel> dp;
+    if (dist.world_size > 1 || dist.ready_fd >= 0) {
+        if (!use_gpu(opt.device))
+            throw Error("rank " + std::to_string(dist.rank) + " of " + std::to_string(dist.world_size) +
+                        ": data-parallel training runs on GPUs (NCCL); the CPU reference trains in one process");
+        dp = make_data_parallel(dist, mc);
+    }
+    const int ranks = dist.world_size;
+    const bool lead = dist.rank == 0;
+    const bool quiet = opt.quiet || !lead;
+    const long tokens_per_step = (long)ranks * B * T * cfg.grad_accum;
 
     // ---- the checkpoint to resume from, or the weights to start from, read and checked before
     // anything is written
@@ -205,9 +227,9 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     if (!opt.init_from.empty()) init = load_init_weights(opt.init_from, mc);
 
     // ---- data: bad shards fail before any memory is taken
-    DataLoader train_data(cfg.train_data, B, T, /*rank=*/0, /*world=*/1, cfg.shuffle, cfg.seed, mc.vocab_size);
-    DataLoader val_data(cfg.val_data, B, T, 0, 1, /*shuffle=*/false, cfg.seed, mc.vocab_size);
-    if (resume) train_data.set_state(resume->train_loader);
+    DataLoader train_data(cfg.train_data, B, T, dist.rank, ranks, cfg.shuffle, cfg.seed, mc.vocab_size);
+    DataLoader val_data(cfg.val_data, B, T, dist.rank, ranks, /*shuffle=*/false, cfg.seed, mc.vocab_size);
+    if (resume) train_data.set_state(loader_state_for(*resume, ranks));
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
 
     // ---- samples: the text codec and the prompt's tokens, checked before anything is written
@@ -236,7 +258,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
 
     // ---- model and optimizer on the chosen device (weights, moments and step from the checkpoint;
     // weights only from --init-from)
-    std::unique_ptr<TrainBackend> model = make_backend(cfg, opt);
+    std::unique_ptr<TrainBackend> model = make_backend(cfg, opt, dp);
     if (opt.wrap_backend) model = opt.wrap_backend(std::move(model));
     if (resume) {
         model->load_state(resume->state);
@@ -247,29 +269,38 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         init->params = std::vector<float>{};
     }
     // Allocated now, so that a GPU without room for the KV cache fails at start-up, not mid-run.
-    const std::unique_ptr<Decoder> sampler = cfg.sample_every > 0 ? model->make_decoder() : nullptr;
+    // Samples are rank 0's (the weights are the same on every rank).
+    const std::unique_ptr<Decoder> sampler = cfg.sample_every > 0 && lead ? model->make_decoder() : nullptr;
     const std::string gpu = model->device_memory_mib() >= 0 ? cuda_device_name() : "";
     // FLOPs per token of forward + backward: 6N for the weights, 6LCT for causal attention scores.
     const double flops_per_token = 6.0 * model->num_params() + 6.0 * mc.n_layer * mc.n_embd * T;
-    const double peak = peak_bf16_flops(gpu);
+    const double peak = peak_bf16_flops(gpu) * ranks;  // MFU of the job: one GPU per rank
 
-    // ---- run directory: the resolved config and the metrics log
-    fs::create_directories(cfg.out_dir);
-    write_file_atomic((fs::path(cfg.out_dir) / "config.json").string(), config_to_json(cfg).dump(2) + "\n");
-    MetricsLog metrics(fs::path(cfg.out_dir) / "metrics.jsonl", resume ? std::optional<int>(first_step) : std::nullopt);
+    // ---- run directory: the resolved config and the metrics log (rank 0's)
+    std::optional<MetricsLog> metrics;
+    if (lead) {
+        fs::create_directories(cfg.out_dir);
+        write_file_atomic((fs::path(cfg.out_dir) / "config.json").string(), config_to_json(cfg).dump(2) + "\n");
+        metrics.emplace(fs::path(cfg.out_dir) / "metrics.jsonl", resume ? std::optional<int>(first_step) : std::nullopt);
+    }
+    auto record = [&](const nlohmann::json& j) {
+        if (metrics) metrics->write(j);
+    };
 
-    if (!opt.quiet) {
+    if (!quiet) {
         std::printf("codagpt train: %s | %s | %.2fM parameters | L=%d C=%d H=%d T=%d\n", cfg.name.c_str(),
                     model->describe().c_str(), model->num_params() / 1e6, mc.n_layer, mc.n_embd, mc.n_head, T);
-        std::printf("batch %d x %d x %d accum = %ld tokens/step | %zu train batches/epoch | %d steps | out %s\n", B, T,
-                    cfg.grad_accum, tokens_per_step, train_data.windows_per_rank(), cfg.steps, cfg.out_dir.c_str());
+        std::printf("batch %d x %d x %d accum", B, T, cfg.grad_accum);
+        if (dp) std::printf(" x %d ranks", ranks);
+        std::printf(" = %ld tokens/step | %zu train batches/epoch%s | %d steps | out %s\n", tokens_per_step,
+                    train_data.windows_per_rank(), dp ? " per rank" : "", cfg.steps, cfg.out_dir.c_str());
         if (resume) std::printf("resumed from %s at step %d\n", resume_path.c_str(), first_step);
         if (init) std::printf("initialized from %s (step 0, fresh optimizer)\n", opt.init_from.c_str());
     }
 
     // Output: a terminal gets one progress line rewritten in place (\r); logs get a line per
     // log_every steps. Any other line first clears the progress line, which the next step redraws.
-    const bool live = !opt.quiet && (opt.live || isatty(STDOUT_FILENO));
+    const bool live = !quiet && (opt.live || isatty(STDOUT_FILENO));
     bool live_shown = false;
     auto clear_live = [&] {
         if (live_shown) std::printf("\r\033[K");
@@ -277,35 +308,38 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     };
 
     auto eval_and_log = [&](int step) {
-        const double val_loss = evaluate(*model, val_data, cfg.eval_batches, inputs, targets);
+        const double val_loss = evaluate(*model, val_data, cfg.eval_batches, inputs, targets, dp.get());
         clear_live();
-        std::printf("step %5d/%d | val loss %.4f\n", step, cfg.steps, val_loss);
-        metrics.write({{"step", step}, {"val_loss", val_loss}});
+        if (lead) std::printf("step %5d/%d | val loss %.4f\n", step, cfg.steps, val_loss);
+        record({{"step", step}, {"val_loss", val_loss}});
         return val_loss;
     };
     // The same draws every time (Rng(seed), temperature 1, whole vocabulary): samples differ only
     // through the weights, and the training's own randomness is untouched.
     auto sample_and_log = [&](int step) {
+        if (!sampler) return;
         const SampleOptions so{cfg.sample_tokens, /*temperature=*/1.0, /*top_k=*/0, cfg.seed};
         const std::vector<int> tokens = generate(*sampler, sample_prompt, so);
         const std::string sample = text.decode ? text.decode(tokens) : token_ids_text(tokens);
         clear_live();
-        if (!opt.quiet)
+        if (!quiet)
             std::printf("step %5d/%d | sample%s: %s%s\n", step, cfg.steps, text.decode ? "" : " (token ids)",
                         cfg.sample_prompt.c_str(), sample.c_str());
-        metrics.write({{"step", step}, {"sample", sample}, {"sample_tokens", tokens}});
+        record({{"step", step}, {"sample", sample}, {"sample_tokens", tokens}});
     };
 
     using clock = std::chrono::steady_clock;
     // Everything the next step depends on: weights, AdamW state, data position. Not timed as training.
+    // Every rank takes part (the ZeRO-1 shards are gathered to rank 0), rank 0 writes.
     auto save_checkpoint_at = [&](int steps_done) {
         const auto t0 = clock::now();
         const std::string path = checkpoint_path(cfg.out_dir, steps_done);
-        Checkpoint ck{cfg, steps_done, train_data.state(), model->save_state()};
+        Checkpoint ck{cfg, steps_done, train_data.state(), model->save_state(), ranks};
+        if (!lead) return;
         save_checkpoint(path, ck);
         prune_checkpoints(cfg.out_dir, steps_done, cfg.ckpt_keep);
         clear_live();
-        if (!opt.quiet)
+        if (!quiet)
             std::printf("checkpoint %s (%.1f MiB, %.2f s)\n", path.c_str(), ck.state.params.size() * 12.0 / (1 << 20),
                         std::chrono::duration<double>(clock::now() - t0).count());
     };
@@ -322,10 +356,10 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
 
         // --trace-kernels: the second step of the run (the first sets up libraries and caches).
         const bool trace = !opt.trace_kernels.empty() && step == std::min(cfg.steps - 1, first_step + 1);
-        std::vector<std::string> traced;
+        std::vector<TracedKernel> traced;
         auto traced_run = [&](const std::function<void()>& f) {
             if (!trace) return f();
-            for (std::string& k : trace_kernels(f)) traced.push_back(std::move(k));
+            for (TracedKernel& k : trace_kernels(f)) traced.push_back(std::move(k));
         };
         const auto t0 = clock::now();
         model->zero_grad();
@@ -337,6 +371,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             }
         });
         loss /= cfg.grad_accum;
+        loss = sum_over_ranks(dp.get(), {loss})[0] / ranks;  // the global batch's mean
         const double lr = lr_at(cfg, step);
         double norm = 0;
         traced_run([&] { norm = model->grad_norm(); });  // synchronizes
@@ -346,9 +381,10 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         if (bad) {
             model->zero_grad();
             bad_in_a_row++;
-            metrics.write({{"step", step + 1}, {"skipped", bad}});
+            record({{"step", step + 1}, {"skipped", bad}});
             clear_live();
-            std::printf("step %5d/%d | skipped: %s (loss %g, norm %g), no update | %d of max_bad_steps %d in a row\n",
+            if (lead)
+                std::printf("step %5d/%d | skipped: %s (loss %g, norm %g), no update | %d of max_bad_steps %d in a row\n",
                         step + 1, cfg.steps, bad, loss, norm, bad_in_a_row, cfg.max_bad_steps);
             std::fflush(stdout);
             if (bad_in_a_row >= cfg.max_bad_steps)
@@ -366,7 +402,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             if (step == std::min(cfg.steps - 1, first_step + 2)) memory_mib = model->device_memory_mib();
             const double tok_s = tokens_per_step / seconds;
             const double mfu = peak > 0 ? tok_s * flops_per_token / peak : 0;
-            metrics.write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+            record({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
                            {"ms", seconds * 1e3}, {"tok_s", tok_s}});
             if (live) {
                 // Throughput and ETA from a moving average of step times: steadier than one step's.
@@ -378,7 +414,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
                 std::printf(" | ETA %s\033[K", duration_text(avg_seconds * (cfg.steps - step - 1)).c_str());
                 std::fflush(stdout);
                 live_shown = true;
-            } else if (!opt.quiet && ((step + 1) % cfg.log_every == 0 || step + 1 == cfg.steps)) {
+            } else if (!quiet && ((step + 1) % cfg.log_every == 0 || step + 1 == cfg.steps)) {
                 std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s", step + 1, cfg.steps,
                             loss, lr, norm, seconds * 1e3, tok_s);
                 if (peak > 0) std::printf(" | MFU %.1f%%", 100 * mfu);
@@ -386,27 +422,43 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             }
         }
 
-        if (trace) {
+        if (trace && lead) {
+            // The launches in order with their times, then where the step's kernel time went.
             std::string lines;
-            for (const std::string& k : traced) lines += k + "\n";
-            write_file_atomic(opt.trace_kernels, lines);
-            std::printf("kernels of step %d (%zu launches) written to %s\n", step + 1, traced.size(),
-                        opt.trace_kernels.c_str());
+            char ms[32];
+            for (const TracedKernel& k : traced) {
+                std::snprintf(ms, sizeof ms, "%9.3f ms  ", k.ms);
+                lines += ms + k.name + "\n";
+            }
+            const std::string table = kernel_time_table(traced);
+            write_file_atomic(opt.trace_kernels, lines + "\n" + table);
+            std::printf("kernels of step %d (%zu launches) written to %s; kernel time by kernel:\n%s", step + 1,
+                        traced.size(), opt.trace_kernels.c_str(), table.c_str());
         }
         const int done = step + 1;
-        const int stop_signal = signals.received();
+        // A signal reaches the ranks at different moments: the job stops after the step in which
+        // any rank got one, all ranks together (the checkpoint is collective).
+        int stop_signal = signals.received();
+        if (dp)
+            for (double sig : dp->all_gather({(double)stop_signal}))  // the first rank's that got one
+                if (sig != 0) {
+                    stop_signal = (int)sig;
+                    break;
+                }
         const bool stop = stop_signal != 0 || (done == opt.stop_after && done < cfg.steps);
         if (stop || (cfg.ckpt_every > 0 && (done % cfg.ckpt_every == 0 || done == cfg.steps))) save_checkpoint_at(done);
         if (stop) {
             clear_live();
-            std::printf("stopped after step %d/%d (%s): continue with --resume latest\n", done, cfg.steps,
-                        stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "--stop-after");
+            if (lead)
+                std::printf("stopped after step %d/%d (%s): continue with --resume latest\n", done, cfg.steps,
+                            stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "--stop-after");
             return 0;
         }
     }
     const int steps_run = (int)step_ms.size();
     const double val_loss = eval_and_log(cfg.steps);
     if (cfg.sample_every > 0) sample_and_log(cfg.steps);
+    if (!lead) return 0;
     std::printf("done: %d steps in %.1f s | final train loss %.4f | val loss %.4f | %.0f tok/s", steps_run,
                 train_seconds, last_loss, val_loss, steps_run > 0 ? tokens_per_step * steps_run / train_seconds : 0.0);
     if (memory_mib >= 0) std::printf(" | device memory %.0f MiB", memory_mib);
@@ -427,7 +479,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
                               {"batch", B},
                               {"seq", T},
                               {"grad_accum", cfg.grad_accum},
-                              {"nproc", 1},
+                              {"nproc", ranks},
                               {"tok_s", tok_s},
                               {"ms_step", ms},
                               {"mfu", peak > 0 ? nlohmann::json(tok_s * flops_per_token / peak) : nlohmann::json(nullptr)},

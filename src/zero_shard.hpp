@@ -30,10 +30,10 @@
 // gradient first and the embedding's last). Each segment is cut at the shard boundaries into
 // pieces, each with its owning rank. The NCCL trainer reduces a bucket, on a side stream after an
 // event recorded when that layer's backward ends, as one ncclGroupStart/End of ncclReduce(piece,
-// root = owner, ncclSum) calls: every gradient element is reduced once, onto its owner (about the
-// bytes per link of a reduce-scatter, a ring carrying each element once), and no call needs equal
-// counts. Pieces are in bucket order, then flat order, on every rank, so every rank issues the same
-// calls in the same order (what NCCL needs).
+// root = owner, ncclAvg) calls (src/data_parallel.cpp): every gradient element is reduced once,
+// onto its owner (about the bytes per link of a reduce-scatter, a ring carrying each element once),
+// and no call needs equal counts. Pieces are in bucket order, then flat order, on every rank, so
+// every rank issues the same calls in the same order (what NCCL needs).
 #pragma once
 #include <cstddef>
 #include <vector>
