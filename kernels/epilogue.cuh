@@ -40,6 +40,10 @@
 // the same vector for every element, so the GPU engine reads a row's (a column's) values once per
 // tile and hands the later elements of that row (column) the values it kept in registers.
 //
+// A program whose element() is one tile store or accumulate and nothing else may declare
+// `static constexpr bool kSmallElement = true;`: the GPU engine then unrolls the whole tile's
+// elements (gemm_epilogue.cuh, "Code size"); other programs run one fragment's code in a loop.
+//
 // Element-level primitives are the vector and tile loaders and stores below plus plain float
 // arithmetic, so a program body reads as its formula and compiles to straight-line code:
 //   row scale          rstd(e) * x                        (RowVec)
@@ -103,14 +107,8 @@ CODA_HD inline bf16 round_to<bf16>(float x) { return to_bf16(x); }
 // ---------------------------------------------------------------- reading vectors
 // Per-row (length M) and per-column (length N) vectors: inputs of the GEMM, never written by the
 // kernel that reads them, so the GPU reads them through the read-only data path.
-CODA_HD inline float load_input(const float* p) {
-#ifdef __CUDA_ARCH__
-    return __ldg(p);
-#else
-    return *p;
-#endif
-}
-CODA_HD inline int load_input(const int* p) {
+template <class T>  // float or int
+CODA_HD inline T load_input(const T* p) {
 #ifdef __CUDA_ARCH__
     return __ldg(p);
 #else

@@ -154,6 +154,12 @@ struct PairedElement {
     }
 };
 
+// Whether a program declares kSmallElement = true (epilogue.cuh).
+template <class P, class = void>
+struct small_element : std::false_type {};
+template <class P>
+struct small_element<P, std::void_t<decltype(P::kSmallElement)>> : std::bool_constant<P::kSmallElement> {};
+
 // ---------------------------------------------------------------- reduction states across lanes
 namespace detail {
 // A reduction state (a struct of floats) from the lane `mask` away, word by word.
@@ -188,7 +194,10 @@ __device__ S shfl_xor(const S& s, int mask) {
 // elements (128 at 128 accumulators: 137 KB of SASS for GeluBackward) outgrew the SM's
 // instruction cache, and the epilogue ran at the speed of fetching its instructions from L2
 // (ncu on the H200: a third of the issue stalls on instruction fetch; GeluBackward 5.4x, FcForward
-// 3.1x the time of the plain GEMM of their shape).
+// 3.1x the time of the plain GEMM of their shape). A program whose element is a single store or
+// accumulate (kSmallElement, epilogue.cuh) stays unrolled: its whole tile's code fits the cache,
+// and the loop's copy of the accumulators through local memory would cost it more (plain GEMMs
+// were measured 0.83x of cuBLASLt unrolled, 0.61x looped).
 template <class P, int FM, int FN, int ROW_STRIDE, int WARPS_M, int WARPS_N>
 struct TileEpilogue {
     using Row = typename P::Row;
@@ -212,20 +221,10 @@ struct TileEpilogue {
         const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
         Row* row_smem = static_cast<Row*>(smem);
         Col* col_smem = reinterpret_cast<Col*>(static_cast<char*>(smem) + kRowBytes);
-        // The accumulators, copied to an array that the fragment loop below indexes at run time: the
-        // copy lives in local memory (the thread's L1 lines) and the accumulators stay in registers
-        // for the mainloop. See "Code size" above.
-        float staged[FM][FN][4];
-#pragma unroll
-        for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-            for (int fn = 0; fn < FN; fn++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) staged[fm][fn][q] = acc[fm][fn][q];
         Row rows[FM][2] = {};
         RegisterSlots row_values[FM][2];  // the vector values of the thread's rows, read at fn = 0
-#pragma unroll 1
-        for (int fn = 0; fn < FN; fn++) {
+        // Fragment column fn: the thread's 2 FM pairs of elements in it, accumulator (fm, q) at value(fm, q).
+        auto fragment = [&](int fn, auto value) {
             const int j = warp_col0 + fn * 8 + 2 * t;
             Col cols[2] = {};
             RegisterSlots col_values[2];  // of its two columns, read at its first row
@@ -239,11 +238,11 @@ struct TileEpilogue {
                         const bool col_first = fm == 0 && h == 0;  // rows past M are the later ones
                         RegisterSlots pair;
                         ElementCounters first, second;
-                        p.element(PairedElement{staged[fm][fn][2 * h], i, j, false, fn == 0, col_first, &first, &pair,
+                        p.element(PairedElement{value(fm, 2 * h), i, j, false, fn == 0, col_first, &first, &pair,
                                                 &row_values[fm][h], &col_values[0]},
                                   rows[fm][h], cols[0]);
-                        p.element(PairedElement{staged[fm][fn][2 * h + 1], i, j + 1, true, false, col_first, &second,
-                                                &pair, &row_values[fm][h], &col_values[1]},
+                        p.element(PairedElement{value(fm, 2 * h + 1), i, j + 1, true, false, col_first, &second, &pair,
+                                                &row_values[fm][h], &col_values[1]},
                                   rows[fm][h], cols[1]);
                     }
             }
@@ -255,6 +254,37 @@ struct TileEpilogue {
                 if (g == 0)
 #pragma unroll
                     for (int k = 0; k < 2; k++) col_smem[warp_m * kTileCols + (warp_n * FN + fn) * 8 + 2 * t + k] = cols[k];
+            }
+        };
+        if constexpr (small_element<P>::value) {
+#pragma unroll
+            for (int fn = 0; fn < FN; fn++) fragment(fn, [&](int fm, int q) { return acc[fm][fn][q]; });
+        } else {
+            // A run-time loop over the fragments (see "Code size" above) indexes the accumulators at
+            // run time: it reads a copy of them in local memory (the thread's L1 lines), each
+            // fragment's values loaded one iteration ahead; the accumulators themselves stay in
+            // registers for the mainloop.
+            float staged[FM][FN][4], now[FM][4], ahead[FM][4];
+#pragma unroll
+            for (int fm = 0; fm < FM; fm++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+#pragma unroll
+                    for (int fn = 0; fn < FN; fn++) staged[fm][fn][q] = acc[fm][fn][q];
+                    now[fm][q] = acc[fm][0][q];
+                }
+#pragma unroll 1
+            for (int fn = 0; fn < FN; fn++) {
+                const int next = min(fn + 1, FN - 1);
+#pragma unroll
+                for (int fm = 0; fm < FM; fm++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) ahead[fm][q] = staged[fm][next][q];
+                fragment(fn, [&](int fm, int q) { return now[fm][q]; });
+#pragma unroll
+                for (int fm = 0; fm < FM; fm++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) now[fm][q] = ahead[fm][q];
             }
         }
 

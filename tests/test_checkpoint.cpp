@@ -28,6 +28,7 @@
 
 namespace fs = std::filesystem;
 using namespace codagpt;
+using codagpt::test::same_bits;
 using codagpt::test::SyntheticRun;
 using nlohmann::json;
 
@@ -51,9 +52,6 @@ std::string error_of(F&& f) {
     return "(no error)";
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 void expect_same_state(const TrainState& a, const TrainState& b) {
     EXPECT_TRUE(same_bits(a.params, b.params));

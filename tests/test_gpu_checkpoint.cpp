@@ -24,9 +24,6 @@ using nlohmann::json;
 
 namespace {
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 struct GPUCheckpoint : ::testing::Test {
     SyntheticRun synth{"test-gpu-ckpt", ModelConfig{/*n_layer=*/2, /*n_head=*/4, /*n_embd=*/64, /*max_seq_len=*/64, /*vocab_size=*/512}, 4, 64, 20000, 4000};

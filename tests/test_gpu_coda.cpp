@@ -204,9 +204,6 @@ TEST(CodaGPU, TwentyStepsFollowCPUAndAreDeterministic) {
 
 namespace {
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 }  // namespace
 

@@ -30,9 +30,6 @@ using nlohmann::json;
 
 namespace {
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // The codagpt binary beside this test (a device pack: scripts/device_pack.sh), else the build's.
 std::string codagpt_binary() {
@@ -174,11 +171,12 @@ TEST(ZeroOnOneGPU, ShardedStepEqualsUnshardedForSeveralRankCounts) {
     const std::vector<float> want_master = ref_master.download(), want_m = ref_m.download(), want_v = ref_v.download();
     const std::vector<float> want_params = to_float(ref_params.download());
 
+    bool padded = false;  // some rank count below pads (checked at the end): the padding check can fail
     for (int R : {2, 3, 5}) {
         SCOPED_TRACE("R = " + std::to_string(R));
         const ZeroPlan plan = make_zero_plan(layout, R);
         const size_t S = plan.shard_size, P = plan.padded_total;
-        ASSERT_GT(P, n);  // some padding to check
+        padded = padded || P > n;
         std::vector<float> gp(grads);
         gp.resize(P, 0.0f);
         DeviceBuffer<float> grad(P);
@@ -215,4 +213,5 @@ TEST(ZeroOnOneGPU, ShardedStepEqualsUnshardedForSeveralRankCounts) {
         CUDA_CHECK(cudaMemcpy(&combined, scalars, sizeof(float), cudaMemcpyDeviceToHost));
         EXPECT_NEAR(combined, norm_sq, 1e-5 * norm_sq);
     }
+    EXPECT_TRUE(padded) << "no rank count padded the flat buffers: pick another model or rank counts";
 }

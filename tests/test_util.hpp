@@ -4,14 +4,22 @@
 
 #include <stdlib.h>
 
+#include <cstring>
+
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common.hpp"
 
 namespace codagpt::test {
+
+// The same floats bit for bit (what "bit-identical" runs and resumes promise).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 // The message of the codagpt::Error that f throws; a test failure (and "") when it throws none.
 template <class F>
