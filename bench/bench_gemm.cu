@@ -113,26 +113,6 @@ struct Buffers {
     }
 };
 
-// Median of `reps` timed calls of run(rep) after `warmup` untimed ones.
-float median_ms(const std::function<void(int)>& run, int reps, int warmup = 3) {
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    for (int r = 0; r < warmup; r++) run(r);
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; r++) {
-        CUDA_CHECK(cudaEventRecord(e0));
-        run(r);
-        CUDA_CHECK(cudaEventRecord(e1));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        CUDA_CHECK(cudaEventElapsedTime(&ms[r], e0, e1));
-    }
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    std::sort(ms.begin(), ms.end());
-    return ms[reps / 2];
-}
-
 // ---------------------------------------------------------------- shapes
 // out[M, N] (+)= A[M, K] B[K, N]; a_t: A stored [K, M]; b_t: B stored [N, K]; accumulate: fp32 +=
 // (weight gradients), else bf16 store.

@@ -276,25 +276,6 @@ __global__ void compare_kernel(const bf16* a, const bf16* b, long n, unsigned lo
     }
 }
 
-double median_ms(const std::function<void()>& f, int runs) {
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    for (int i = 0; i < 5; i++) f();
-    std::vector<float> ms(runs);
-    for (int i = 0; i < runs; i++) {
-        CUDA_CHECK(cudaEventRecord(start));
-        f();
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
-    }
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    std::sort(ms.begin(), ms.end());
-    return ms[runs / 2];
-}
-
 float bf2f(bf16 v) { return __bfloat162float(v); }
 std::vector<bf16> to_host(const bf16* d, long n) {
     std::vector<bf16> h(n);

@@ -1,10 +1,13 @@
 // Basics shared by every kernel family: error checks that name the failing call, the bf16 type,
-// and 16-byte packed vectors for memory-bound kernels.
+// 16-byte packed vectors for memory-bound kernels, and the timer of the benchmarks.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "common.hpp"
 
@@ -55,5 +58,32 @@ __device__ inline Packed128<T> load128cs(const T* p) {
 template <typename T>
 __device__ inline void store128(T* p, const Packed128<T>& v) { *reinterpret_cast<Packed128<T>*>(p) = v; }
 #endif
+
+// The median time in ms of `runs` calls of f (f(r) with the call's index r = 0, 1, ... when f takes
+// one), each between two CUDA events on the default stream, after `warmup` calls that are not
+// timed: for benchmarks and bandwidth tests.
+template <class F>
+double median_ms(F&& f, int runs = 20, int warmup = 3) {
+    auto call = [&](int r) {
+        if constexpr (std::is_invocable_v<F&, int>) f(r);
+        else f();
+    };
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    for (int r = 0; r < warmup; r++) call(r);
+    std::vector<float> ms(runs);
+    for (int r = 0; r < runs; r++) {
+        CUDA_CHECK(cudaEventRecord(start));
+        call(r);
+        CUDA_CHECK(cudaEventRecord(stop));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        CUDA_CHECK(cudaEventElapsedTime(&ms[r], start, stop));
+    }
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    std::sort(ms.begin(), ms.end());
+    return ms[runs / 2];
+}
 
 }  // namespace codagpt

@@ -385,26 +385,6 @@ void fill_random(DeviceBuffer<bf16>& d, uint64_t seed, float scale = 1.f) {
                               cudaMemcpyHostToDevice));
 }
 
-// Median time of `runs` launches of f (after warm-up), in ms.
-double median_ms(const std::function<void()>& f, int runs = 20) {
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    for (int i = 0; i < 3; i++) f();
-    std::vector<float> ms(runs);
-    for (int i = 0; i < runs; i++) {
-        CUDA_CHECK(cudaEventRecord(start));
-        f();
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
-    }
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    std::sort(ms.begin(), ms.end());
-    return ms[runs / 2];
-}
-
 void report(const char* what, double ms, double bytes) {
     const double tbs = bytes / (ms * 1e-3) / 1e12;
     printf("    %-44s %8.4f ms  %6.3f TB/s  %5.1f%% of 4.24 TB/s copy\n", what, ms, tbs, 100 * tbs / 4.24);
