@@ -28,7 +28,8 @@ ParsedLaunchArgs parse_launch_flags(const std::vector<std::string>& args) {
         const size_t eq = a.find('=');
         const std::string name = a.substr(0, eq);
         static const char* const kFlags[] = {"--nproc-per-node", "--nnodes", "--node-rank",
-                                             "--master-addr", "--master-port", "--start-timeout"};
+                                             "--master-addr", "--master-port", "--start-timeout",
+                                             "--hang-timeout"};
         if (std::find(std::begin(kFlags), std::end(kFlags), name) == std::end(kFlags)) {
             out.rest.push_back(a);
             continue;
@@ -46,13 +47,15 @@ ParsedLaunchArgs parse_launch_flags(const std::vector<std::string>& args) {
         if (name == "--node-rank") f.node_rank = number(0, 1 << 20);
         if (name == "--master-port") f.master_port = number(1, 65535);
         if (name == "--start-timeout") f.start_timeout_s = number(1, 7 * 24 * 3600);
+        if (name == "--hang-timeout") f.hang_timeout_s = number(0, 7 * 24 * 3600);
         if (name == "--master-addr") {
             if (value.empty()) throw Error("--master-addr needs a host name or address");
             f.master_addr = value;
         }
     }
-    if ((f.nnodes || f.node_rank) && !f.nproc_per_node)
-        throw Error("--nnodes and --node-rank go with --nproc-per-node (a task of srun or mpirun is one rank already)");
+    if ((f.nnodes || f.node_rank || f.hang_timeout_s) && !f.nproc_per_node)
+        throw Error("--nnodes, --node-rank and --hang-timeout go with --nproc-per-node (a task of srun or mpirun is one "
+                    "rank already)");
     if (f.nnodes && f.node_rank && *f.node_rank >= *f.nnodes)
         throw Error("--node-rank " + std::to_string(*f.node_rank) + " must be below --nnodes " + std::to_string(*f.nnodes));
     return out;
@@ -145,10 +148,11 @@ void write_all(int fd, const std::string& s) {
 struct Worker {
     int rank = 0, local_rank = 0;
     pid_t pid = -1;
-    Fd err, ready;  // read ends: its stderr, and its start-up pipe
+    Fd err, ready;  // read ends: its stderr, and its start-up pipe (then its progress reports)
     std::string partial;
     std::string last_line;  // the reason its failure is reported with: ": <error>" or " (last stderr line: ...)"
     bool is_ready = false, exited = false;
+    Clock::time_point last_progress;  // of its last byte on `ready`
     int status = 0;
 };
 
@@ -218,6 +222,15 @@ public:
                         char secs[32];
                         std::snprintf(secs, sizeof secs, "%g", opt_.node.start_timeout_s + opt_.startup_margin_s);
                         fail(describe(w) + " did not finish start-up (the rendezvous) within " + secs + " s", kill_at);
+                        break;
+                    }
+            if (!failure_ && opt_.hang_timeout_s > 0)
+                for (Worker& w : workers_)
+                    if (!w.exited && w.is_ready && w.ready.get() >= 0 &&
+                        std::chrono::duration<double>(now - w.last_progress).count() > opt_.hang_timeout_s) {
+                        char secs[32];
+                        std::snprintf(secs, sizeof secs, "%g", opt_.hang_timeout_s);
+                        fail(describe(w) + " reported no progress for " + secs + " s (--hang-timeout): hung", kill_at);
                         break;
                     }
             if (kill_at && now >= *kill_at) {
@@ -357,12 +370,17 @@ private:
         }
     }
 
+    // The first byte on a worker's pipe says start-up is done, every later one that it made progress.
     void check_ready(Worker& w) {
-        char byte;
-        const ssize_t k = ::read(w.ready.get(), &byte, 1);
+        char bytes[256];
+        const ssize_t k = ::read(w.ready.get(), bytes, sizeof bytes);
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-        if (k == 1) w.is_ready = true;
-        w.ready.reset();  // the one byte, end of file (it exited) or an error: nothing more will come
+        if (k > 0) {
+            w.is_ready = true;
+            w.last_progress = Clock::now();
+            return;
+        }
+        w.ready.reset();  // end of file (it exited or closed the pipe) or an error: nothing more will come
     }
 
     // Passes on what a worker wrote to stderr, a line at a time.
@@ -453,6 +471,7 @@ std::optional<int> run_launcher_if_requested(int& argc, char** argv) {
         opt.env = current_env();
         apply_launch_flags(f, opt.env);
         opt.node = node_plan_from(opt.env);
+        if (f.hang_timeout_s) opt.hang_timeout_s = *f.hang_timeout_s;
         char exe[4096];
         const ssize_t len = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
         if (len < 0) throw_errno("launcher: cannot find its own executable (/proc/self/exe)");
@@ -480,7 +499,9 @@ const char* launch_help() {
            "  --node-rank K        this node's index, 0..M-1 (default 0; Slurm: SLURM_NODEID)\n"
            "  --master-addr HOST   host of rank 0, where the rendezvous listens (default: first Slurm node, or 127.0.0.1)\n"
            "  --master-port P      its TCP port (default 29500; under Slurm 29500 + job id % 1000)\n"
-           "  --start-timeout S    seconds every rank may take to join the rendezvous (default 300)\n";
+           "  --start-timeout S    seconds every rank may take to join the rendezvous (default 300)\n"
+           "  --hang-timeout S     stop the job when a rank reports no progress (a training step) for S seconds\n"
+           "                       (default 1800; 0: never)\n";
 }
 
 }  // namespace codagpt

@@ -35,8 +35,10 @@ struct LaunchFlags {
     std::optional<std::string> master_addr;  // --master-addr
     std::optional<int> master_port;      // --master-port
     std::optional<int> start_timeout_s;  // --start-timeout
+    std::optional<int> hang_timeout_s;   // --hang-timeout (the launcher's own: not exported)
     bool any() const {
-        return nproc_per_node || nnodes || node_rank || master_addr || master_port || start_timeout_s;
+        return nproc_per_node || nnodes || node_rank || master_addr || master_port || start_timeout_s ||
+               hang_timeout_s;
     }
 };
 
@@ -62,6 +64,8 @@ struct LaunchOptions {
     double kill_grace_s = 10;              // SIGTERM to SIGKILL, when the job is stopped after a failure
     double startup_margin_s = 30;          // on top of node.start_timeout_s, so the workers' own
                                            // rendezvous errors (more precise) come first
+    double hang_timeout_s = 1800;          // a started worker that reports no progress
+                                           // (report_progress) for this long stops the job; 0: never
 };
 
 // Runs the workers of this node until all have exited. Returns 0 when every worker exited 0;

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -344,6 +345,9 @@ UniqueId join(const DistContext& ctx, uint64_t job) {
 // not write to a descriptor number that was closed and may have been reused.
 std::atomic<bool> g_ready_reported{false};
 
+// The launcher's pipe, kept open after start-up for report_progress(); -1 without a launcher.
+std::atomic<int> g_progress_fd{-1};
+
 void report_ready(int fd) {
     if (fd < 0 || g_ready_reported.exchange(true)) return;
     const char byte = 1;
@@ -351,7 +355,13 @@ void report_ready(int fd) {
     do k = ::write(fd, &byte, 1);
     while (k < 0 && errno == EINTR);
     if (k != 1) throw_errno("cannot tell the launcher that start-up is done (CODAGPT_READY_FD=" + std::to_string(fd) + ")");
-    if (::close(fd) != 0) throw_errno("cannot close CODAGPT_READY_FD=" + std::to_string(fd));
+    // Progress reports must never block or kill the rank: a full pipe is skipped, and a launcher
+    // that is gone (write to a closed pipe) is not a reason to die here (it signals its workers).
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+        throw_errno("cannot make CODAGPT_READY_FD=" + std::to_string(fd) + " non-blocking");
+    ::signal(SIGPIPE, SIG_IGN);
+    g_progress_fd = fd;
 }
 
 }  // namespace
@@ -361,6 +371,15 @@ UniqueId exchange_unique_id(const DistContext& ctx, const std::function<UniqueId
     const UniqueId id = ctx.world_size == 1 ? create() : ctx.rank == 0 ? serve(ctx, job, create) : join(ctx, job);
     report_ready(ctx.ready_fd);
     return id;
+}
+
+void report_progress() {
+    const int fd = g_progress_fd;
+    if (fd < 0) return;
+    const char byte = 2;
+    ssize_t k;
+    do k = ::write(fd, &byte, 1);
+    while (k < 0 && errno == EINTR);  // EAGAIN (full: progress already queued) and EPIPE are fine
 }
 
 UniqueId random_unique_id() {

@@ -28,6 +28,12 @@ using UniqueId = std::array<uint8_t, 128>;
 // create() runs on rank 0 only, after every rank has joined; with one rank no socket is opened.
 UniqueId exchange_unique_id(const DistContext& ctx, const std::function<UniqueId()>& create);
 
+// When started by the launcher: tells it that this rank made progress (a training step, a
+// checkpoint), one byte on the start-up pipe, which stays open after the rendezvous for this. The
+// launcher stops a job whose rank reports no progress for --hang-timeout seconds. Never blocks
+// (a full pipe means the launcher has unread progress already); no-op without a launcher.
+void report_progress();
+
 // 128 bytes from /dev/urandom: a stand-in id for tests and for runs without NCCL.
 UniqueId random_unique_id();
 

@@ -435,6 +435,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             std::printf("kernels of step %d (%zu launches) written to %s; kernel time by kernel:\n%s", step + 1,
                         traced.size(), opt.trace_kernels.c_str(), table.c_str());
         }
+        report_progress();  // to a launcher's watchdog (--hang-timeout)
         const int done = step + 1;
         // A signal reaches the ranks at different moments: the job stops after the step in which
         // any rank got one, all ranks together (the checkpoint is collective).

@@ -90,6 +90,13 @@ int main(int argc, char** argv) {
             if (std::string(argv[4]) == "KILL") raise(SIGKILL);
             return std::atoi(argv[4]);
         }
+        if (mode == "hang") {  // rank `target` stops making progress; the others report some every 0.1 s
+            if (ctx.rank == target) sleep_forever();
+            for (;;) {
+                report_progress();
+                usleep(100000);
+            }
+        }
         if (mode == "stubborn") {
             if (ctx.rank == target) {
                 std::fprintf(stderr, "boom on rank %d\n", ctx.rank);

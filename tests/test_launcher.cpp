@@ -179,6 +179,8 @@ TEST(LauncherFlags, RefusesBadFlags) {
         {{"--nnodes", "2"}, "go with --nproc-per-node"},
         {{"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2"}, "--node-rank 2 must be below --nnodes 2"},
         {{"--start-timeout", "0"}, "--start-timeout=0 is out of range"},
+        {{"--nproc-per-node", "2", "--hang-timeout", "-1"}, "--hang-timeout=-1 is out of range"},
+        {{"--hang-timeout", "60"}, "--hang-timeout go with --nproc-per-node"},
     };
     for (const auto& [args, part] : cases) EXPECT_TRUE(mentions(error_of([&] { parse_launch_flags(args); }), part));
 }
@@ -481,6 +483,21 @@ TEST(Launcher, KilledWorkerIsNamedWithItsSignal) {
     const std::string e = launch_error(worker_options(2, dir, {"crash", "0", "KILL"}), dir);
     EXPECT_TRUE(mentions(e, "rank 0 (local rank 0 on node 0, pid "));
     EXPECT_TRUE(mentions(e, "was killed by SIGKILL (last stderr line: boom on rank 0)"));
+}
+
+// A rank that stops reporting progress (a hang after start-up) stops the job within --hang-timeout,
+// named; ranks that keep reporting are not (rank 0 comes first in the check: were its reports
+// ignored, it would be the one named).
+TEST(Launcher, HungWorkerTakesTheJobDownNamingTheRank) {
+    TempDir dir;
+    LaunchOptions opt = worker_options(3, dir, {"hang", "1"});
+    opt.hang_timeout_s = 1.5;
+    opt.kill_grace_s = 0.5;
+    const Clock::time_point t0 = Clock::now();
+    const std::string e = launch_error(opt, dir);
+    EXPECT_TRUE(mentions(e, "rank 1 (local rank 1 on node 0, pid "));
+    EXPECT_TRUE(mentions(e, "reported no progress for 1.5 s (--hang-timeout): hung"));
+    EXPECT_LT(seconds_since(t0), 10.0);
 }
 
 TEST(Launcher, WorkersIgnoringSigtermAreKilledAfterTheGracePeriod) {
