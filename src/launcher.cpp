@@ -224,15 +224,24 @@ public:
                         fail(describe(w) + " did not finish start-up (the rendezvous) within " + secs + " s", kill_at);
                         break;
                     }
-            if (!failure_ && opt_.hang_timeout_s > 0)
+            if (!failure_ && opt_.hang_timeout_s > 0) {
+                // Named: the first silent rank; listed: the others (one hung rank soon leaves the
+                // rest waiting for it in a collective, so progress alone cannot tell which one).
+                Worker* hung = nullptr;
+                std::string also;
                 for (Worker& w : workers_)
                     if (!w.exited && w.is_ready && w.ready.get() >= 0 &&
                         std::chrono::duration<double>(now - w.last_progress).count() > opt_.hang_timeout_s) {
-                        char secs[32];
-                        std::snprintf(secs, sizeof secs, "%g", opt_.hang_timeout_s);
-                        fail(describe(w) + " reported no progress for " + secs + " s (--hang-timeout): hung", kill_at);
-                        break;
+                        if (hung) also += (also.empty() ? "; silent too: rank " : ", rank ") + std::to_string(w.rank);
+                        else hung = &w;
                     }
+                if (hung) {
+                    char secs[32];
+                    std::snprintf(secs, sizeof secs, "%g", opt_.hang_timeout_s);
+                    fail(describe(*hung) + " reported no progress for " + secs + " s (--hang-timeout): hung" + also,
+                         kill_at);
+                }
+            }
             if (kill_at && now >= *kill_at) {
                 signal_all(SIGKILL);
                 kill_at.reset();
