@@ -37,15 +37,6 @@ constexpr int kTokens = 16384;  // B*T = 16 * 1024
 constexpr int kVocabPadded = 50304, kVocab = 50257;
 
 // ---------------------------------------------------------------- device helpers
-__device__ inline float hash_uniform(unsigned long i, unsigned seed) {
-    unsigned x = (unsigned)(i * 2654435761ul) ^ (seed * 0x9E3779B9u) ^ (unsigned)(i >> 32);
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return (float)(x >> 8) * (2.f / 16777216.f) - 1.f;  // [-1, 1)
-}
 template <class T>
 __global__ void fill_kernel(T* p, long n, unsigned seed, float scale, float offset) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)

@@ -239,15 +239,6 @@ std::vector<Variant> variants() {
     return v;
 }
 
-__device__ inline float hash_uniform(unsigned long i, unsigned seed) {  // [-1, 1)
-    unsigned x = (unsigned)(i * 2654435761ul) ^ (seed * 0x9E3779B9u) ^ (unsigned)(i >> 32);
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return (float)(x >> 8) * (2.f / 16777216.f) - 1.f;
-}
 __global__ void fill_kernel(bf16* p, long n, unsigned seed, float scale, float offset) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
         p[i] = __float2bfloat16(offset + scale * hash_uniform(i, seed));

@@ -57,6 +57,17 @@ __device__ inline Packed128<T> load128cs(const T* p) {
 }
 template <typename T>
 __device__ inline void store128(T* p, const Packed128<T>& v) { *reinterpret_cast<Packed128<T>*>(p) = v; }
+
+// A hash of (i, seed) to a float in [-1, 1): benchmark inputs filled on the device, never zeros.
+__device__ inline float hash_uniform(unsigned long i, unsigned seed) {
+    unsigned x = (unsigned)(i * 2654435761ul) ^ (seed * 0x9E3779B9u) ^ (unsigned)(i >> 32);
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return (float)(x >> 8) * (2.f / 16777216.f) - 1.f;
+}
 #endif
 
 // The median time in ms of `runs` calls of f (f(r) with the call's index r = 0, 1, ... when f takes
