@@ -14,6 +14,7 @@
 // A operands (the block's own rows) are read from shared memory per k-step instead of being held in
 // registers, and the dk/dv kernel takes a query tile in two passes of 32, to stay within 255 registers.
 #include "attention.cuh"
+#include "ptx_sm80.cuh"
 #ifdef CODAGPT_HAVE_CUDNN
 #include "attention_cudnn.cuh"
 #endif
@@ -49,36 +50,7 @@ struct Head {
 };
 
 // ---------------------------------------------------------------- PTX wrappers
-__device__ inline uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-// 16-byte global -> shared copy; rows past the end are zero-filled (src-size 0).
-__device__ inline void cp_async16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ inline void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-__device__ inline void ldsm_x4_trans(uint32_t (&r)[4], const bf16* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-// d += a (16x16, row) * b (16x8, col), bf16 in, fp32 accumulate.
-__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using ptx::cp_async16, ptx::cp_async_commit, ptx::cp_async_wait, ptx::ldmatrix_x4, ptx::mma_bf16, ptx::smem_addr;
 
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -89,25 +61,25 @@ __device__ inline uint32_t pack_bf16(float lo, float hi) {
 // A operand, rows r0..r0+15, cols c0..c0+15 of X.
 template <int S>
 __device__ inline void load_a(uint32_t (&a)[4], const bf16* X, int r0, int c0, int lane) {
-    ldsm_x4(a, X + (r0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + c0 + 8 * (lane >> 4));
+    ldmatrix_x4<false>(a, X + (r0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + c0 + 8 * (lane >> 4));
 }
 // B operand with B[k][n] = X[n][k] (e.g. keys for q.k): n rows r0..r0+7, k cols c0..c0+31;
 // b[0],b[1] is the fragment of k-step c0, b[2],b[3] that of c0+16.
 template <int S>
 __device__ inline void load_b_rows(uint32_t (&b)[4], const bf16* X, int r0, int c0, int lane) {
-    ldsm_x4(b, X + (r0 + (lane & 7)) * S + c0 + 8 * (lane >> 3));
+    ldmatrix_x4<false>(b, X + (r0 + (lane & 7)) * S + c0 + 8 * (lane >> 3));
 }
 // The same for a single k-step (HS = 16): n rows r0..r0+15, k cols c0..c0+15;
 // b[0],b[1] is the fragment of n-tile r0, b[2],b[3] that of r0+8.
 template <int S>
 __device__ inline void load_b_rows_pair(uint32_t (&b)[4], const bf16* X, int r0, int c0, int lane) {
-    ldsm_x4(b, X + (r0 + (lane & 7) + 8 * (lane >> 4)) * S + c0 + 8 * ((lane >> 3) & 1));
+    ldmatrix_x4<false>(b, X + (r0 + (lane & 7) + 8 * (lane >> 4)) * S + c0 + 8 * ((lane >> 3) & 1));
 }
 // B operand with B[k][n] = X[k][n] (e.g. values for P.v): k rows r0..r0+15, n cols c0..c0+15;
 // b[0],b[1] is the fragment of n-tile c0, b[2],b[3] that of c0+8.
 template <int S>
 __device__ inline void load_b_cols(uint32_t (&b)[4], const bf16* X, int r0, int c0, int lane) {
-    ldsm_x4_trans(b, X + (r0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + c0 + 8 * (lane >> 4));
+    ldmatrix_x4<true>(b, X + (r0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S + c0 + 8 * (lane >> 4));
 }
 
 // Starts copying rows row0..row0+63 (head slice of HS values, row stride `stride` elements) of a

@@ -22,6 +22,7 @@
 #include "gemm_emulator.hpp"
 #include "gemm_epilogue.cuh"
 #include "gemm_types.cuh"
+#include "ptx_sm80.cuh"
 
 namespace codagpt::coda::sm80 {
 
@@ -42,36 +43,7 @@ struct OperandTile {
 template <bool A_KMAJOR, bool B_KMAJOR>
 constexpr size_t kRingBytes = (size_t)kStages * (OperandTile<A_KMAJOR>::kElems + OperandTile<B_KMAJOR>::kElems) * sizeof(bf16);
 
-// ---------------------------------------------------------------- PTX
-__device__ inline uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-// 16-byte global -> shared copy; zero-fills the destination instead when !valid (src-size 0, src unread).
-__device__ inline void cp_async16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-template <bool TRANS>
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
-    if constexpr (TRANS)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(smem_addr(p)));
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(smem_addr(p)));
-}
-
-// d += a (16 x 16) b (16 x 8), bf16 in, fp32 accumulate.
-__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using ptx::cp_async16, ptx::cp_async_commit, ptx::cp_async_wait, ptx::ldmatrix_x4, ptx::mma_bf16;
 
 // ---------------------------------------------------------------- tiles
 // Copies the operand's rows r0..r0+127 (of R) x k0..k0+31 (of K) into a stage tile; element (r, k)

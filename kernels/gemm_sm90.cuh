@@ -33,6 +33,7 @@
 #include "gemm_emulator.hpp"
 #include "gemm_epilogue.cuh"
 #include "gemm_types.cuh"
+#include "ptx_sm80.cuh"
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CODA_SM90_DEVICE 1
@@ -126,7 +127,7 @@ __host__ __device__ inline TileCoord tile_coord(int t, int tiles_m, int tiles_n,
 // ---------------------------------------------------------------- PTX wrappers (sm_90a only)
 namespace ptx {
 
-__device__ inline uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+using codagpt::ptx::smem_addr;
 
 __device__ inline void mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));

@@ -22,6 +22,15 @@ void upload_bf16(bf16* dst, const std::vector<float>& params) {
     CUDA_CHECK(cudaMemcpy(dst, rounded.data(), rounded.size() * sizeof(bf16), cudaMemcpyHostToDevice));
 }
 
+std::vector<float> download_bf16(const bf16* src, size_t n, cudaStream_t stream) {
+    std::vector<bf16> h(n);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaMemcpy(h.data(), src, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(h[i]);
+    return out;
+}
+
 void device_shard_norm_squared(const OptimizerBuffers& b, float* out, cudaStream_t stream) {
     global_norm_squared(out, b.norm_scratch, b.grads + b.shard->begin, b.shard->end - b.shard->begin, stream);
 }

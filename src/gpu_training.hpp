@@ -39,6 +39,8 @@ double mean_device_loss(const float* losses, int n, cudaStream_t stream);
 
 // Weights rounded to bf16 (nearest even) on the host, then copied to dst (n = params.size()).
 void upload_bf16(bf16* dst, const std::vector<float>& params);
+// n bf16 values from the device as floats, after the work queued on `stream` (e.g. the logits).
+std::vector<float> download_bf16(const bf16* src, size_t n, cudaStream_t stream);
 
 // The buffers of one rank's optimizer step. params and grads are the model's whole flat buffers
 // (param_layout order); master, m and v hold the flat elements [shard->begin, shard->end) (a ZeRO-1

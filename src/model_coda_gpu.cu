@@ -431,13 +431,7 @@ void GPT2CodaGPU::apply_update(double lr, const TrainConfig& c) {
 }
 
 std::vector<float> GPT2CodaGPU::logits() const {
-    const size_t n = (size_t)impl_->M * impl_->cfg.padded_vocab();
-    std::vector<bf16> h(n);
-    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
-    CUDA_CHECK(cudaMemcpy(h.data(), impl_->logits, n * sizeof(bf16), cudaMemcpyDeviceToHost));
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(h[i]);
-    return out;
+    return download_bf16(impl_->logits, (size_t)impl_->M * impl_->cfg.padded_vocab(), impl_->stream);
 }
 
 const char* GPT2CodaGPU::attention_backend() const { return impl_->attention.backend(); }

@@ -271,13 +271,7 @@ double GPT2GPU::grad_norm() { return impl_->grad_norm(); }
 void GPT2GPU::apply_update(double lr, const TrainConfig& c) { impl_->apply_update(lr, c); }
 
 std::vector<float> GPT2GPU::logits() const {
-    const size_t n = (size_t)impl_->B * impl_->T * impl_->cfg.padded_vocab();
-    std::vector<bf16> h(n);
-    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
-    CUDA_CHECK(cudaMemcpy(h.data(), impl_->logits, n * sizeof(bf16), cudaMemcpyDeviceToHost));
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(h[i]);
-    return out;
+    return download_bf16(impl_->logits, (size_t)impl_->B * impl_->T * impl_->cfg.padded_vocab(), impl_->stream);
 }
 
 const char* GPT2GPU::attention_backend() const { return impl_->attention.backend(); }

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <utility>
 
+#include "backend.hpp"
 #include "gpu_test_util.hpp"
 #include "model_cpu.hpp"
 #include "model_gpu.hpp"
@@ -77,49 +80,56 @@ TEST(GPUModel, TwoLayers124MWidthsMatchCPUReference) {
     check_against_cpu({"2 layers, C=768, 12 heads, T=1024", ModelConfig{2, 12, 768, 1024, 50257}, 1, 1024}, true);
 }
 
-// 20 AdamW steps on a fixed stream of batches: the GPU loss curve follows the CPU's within bf16
-// noise, and two GPU runs are bit-identical.
+// 20 AdamW steps on a fixed stream of batches, each GPU path through the training backend: the loss
+// curve follows the CPU's within bf16 noise, two runs are bit-identical, and it trains.
 TEST(GPUModel, TwentyStepsFollowCPUAndAreDeterministic) {
     REQUIRE_GPU();
     const ModelConfig mc{2, 4, 64, 64, 50257};
     const int B = 4, T = 64;
     TrainConfig tc;
     tc.model = mc;
+    tc.batch_size = B;
+    tc.seq_len = T;
     tc.steps = 20;
     tc.warmup_steps = 2;
     tc.lr = 1e-3;
+    auto batch = [&](int s) { return std::pair{random_tokens(B * T, 512, 100 + s), random_tokens(B * T, 512, 200 + s)}; };
 
     GPT2CPU<float> cpu(mc);
     cpu.init(1);
     for (float& w : cpu.params) w = bf16_round(w);
     const std::vector<float> init = cpu.params;
     AdamWCPU opt(cpu.layout());
-
-    auto run_gpu = [&]() {
-        GPT2GPU gpu(mc, B, T, GPUModelOptions{});
-        gpu.set_params(init);
-        std::vector<double> losses;
-        for (int s = 0; s < tc.steps; s++) {
-            const auto in = random_tokens(B * T, 512, 100 + s), tg = random_tokens(B * T, 512, 200 + s);
-            gpu.zero_grad();
-            losses.push_back(gpu.forward(in.data(), tg.data(), true));
-            gpu.backward();
-            gpu.update(lr_at(tc, s), tc);
-        }
-        return losses;
-    };
-    const std::vector<double> g1 = run_gpu(), g2 = run_gpu();
-    EXPECT_EQ(g1, g2);
-
+    std::vector<double> cpu_losses;
     for (int s = 0; s < tc.steps; s++) {
-        const auto in = random_tokens(B * T, 512, 100 + s), tg = random_tokens(B * T, 512, 200 + s);
+        const auto [in, tg] = batch(s);
         cpu.zero_grad();
-        const double loss = cpu.forward(in.data(), tg.data(), B, T);
+        cpu_losses.push_back(cpu.forward(in.data(), tg.data(), B, T));
         cpu.backward();
         opt.step(cpu.params.data(), cpu.grads.data(), lr_at(tc, s),
                  global_grad_norm(cpu.grads.data(), cpu.grads.size()), tc);
-        std::printf("  step %2d loss cpu %.5f gpu %.5f\n", s + 1, loss, g1[s]);
-        EXPECT_NEAR(g1[s], loss, 1e-2 * loss) << "step " << s + 1;
     }
-    EXPECT_LT(g1.back(), g1.front() - 0.5);  // it trains
+
+    for (const bool coda : {false, true}) {
+        SCOPED_TRACE(coda ? "fused" : "unfused");
+        auto run_gpu = [&]() {
+            const std::unique_ptr<TrainBackend> gpu = coda ? make_coda_gpu_backend(tc) : make_gpu_backend(tc, {});
+            gpu->load_params(init);
+            std::vector<double> losses;
+            for (int s = 0; s < tc.steps; s++) {
+                const auto [in, tg] = batch(s);
+                gpu->zero_grad();
+                losses.push_back(gpu->forward_backward(in.data(), tg.data(), 1.0f));
+                gpu->update(lr_at(tc, s), tc);
+            }
+            return losses;
+        };
+        const std::vector<double> g1 = run_gpu(), g2 = run_gpu();
+        EXPECT_EQ(g1, g2);
+        for (int s = 0; s < tc.steps; s++) {
+            std::printf("  %s step %2d loss cpu %.5f gpu %.5f\n", coda ? "fused" : "unfused", s + 1, cpu_losses[s], g1[s]);
+            EXPECT_NEAR(g1[s], cpu_losses[s], 1e-2 * cpu_losses[s]) << "step " << s + 1;
+        }
+        EXPECT_LT(g1.back(), g1.front() - 0.5);  // it trains
+    }
 }
