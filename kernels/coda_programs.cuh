@@ -260,14 +260,12 @@ struct LnBackwardW : NoColPartials {
 // out = acc
 template <class Act = bf16>
 struct PlainStore : NoRowPartials, NoColPartials {
-    static constexpr bool kSmallElement = true;
     StoreTile<Act> out;
     template <class E>
     CODA_HD void element(const E& e, Row&, Col&) const { out.store(e, e.acc); }
 };
 // dw += acc
 struct PlainAccumulate : NoRowPartials, NoColPartials {
-    static constexpr bool kSmallElement = true;
     AccumulateTile<float> dw;
     template <class E>
     CODA_HD void element(const E& e, Row&, Col&) const { dw.add(e, e.acc); }

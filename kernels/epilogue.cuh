@@ -31,18 +31,14 @@
 //
 // Tile accesses (LoadTile, StoreTile, AccumulateTile) go through the element: e.load(p, layout)
 // and e.store(p, layout, value). Element below does them one by one; the GPU engine's element
-// (gemm_epilogue.cuh) pairs the accesses of two horizontally adjacent elements into one 4- or
-// 8-byte access. For that, element() makes the same sequence of tile accesses for every element of
-// a row: no tile access under a condition on the column or on data (a condition on the program's
-// own fields, like LnBackwardX's optional dres, is fine; reduction updates and Gather's write may be
-// conditional on anything). Vector reads (RowVec, ColVec, Gather's column) go through the element
-// too, e.row_input(v) and e.col_input(v), under the same rule: the k-th vector read of element() is
-// the same vector for every element, so the GPU engine reads a row's (a column's) values once per
-// tile and hands the later elements of that row (column) the values it kept in registers.
-//
-// A program whose element() is one tile store or accumulate and nothing else may declare
-// `static constexpr bool kSmallElement = true;`: the GPU engine then unrolls the whole tile's
-// elements (gemm_epilogue.cuh, "Code size"); other programs run one fragment's code in a loop.
+// (gemm_epilogue.cuh) makes the accesses of 8 horizontally adjacent elements one 16-byte access
+// (two for fp32). For that, element() makes the same sequence of tile loads, and of tile stores,
+// for every element of a row: no tile access under a condition on the column or on data (a
+// condition on the program's own fields, like LnBackwardX's optional dres, is fine; reduction
+// updates and Gather's write may be conditional on anything). Vector reads (RowVec, ColVec,
+// Gather's column) go through the element too, e.row_input(v) and e.col_input(v), under the same
+// rule: the k-th vector read of element() is the same vector for every element, so the GPU engine
+// reads a row's value once per 8 elements and a column's 8 values together.
 //
 // Element-level primitives are the vector and tile loaders and stores below plus plain float
 // arithmetic, so a program body reads as its formula and compiles to straight-line code:
@@ -285,13 +281,12 @@ struct Welford {
 struct MaxSumExp {
     static constexpr int kWords = 2;
     float max = -INFINITY, sum = 0.f;
+    // One exp either way, exp(-|x - max|), and selects instead of a branch (the GPU epilogue
+    // interleaves its elements' arithmetic only where their code has no branches).
     CODA_HD void add(float x) {
-        if (x > max) {
-            sum = sum * exp_fast(max - x) + 1.f;
-            max = x;
-        } else {
-            sum += exp_fast(x - max);
-        }
+        const float e = exp_fast(-fabsf(x - max));  // 0 for the first element (max = -inf)
+        sum = x > max ? fmaf(sum, e, 1.f) : sum + e;
+        max = fmaxf(max, x);
     }
     CODA_HD void combine(const MaxSumExp& o) {
         if (o.sum == 0.f) return;

@@ -1,37 +1,54 @@
 // The device epilogue driver of the CODA GEMM engine, shared by both mainloops (gemm_sm80.cuh,
 // gemm_sm90.cuh): runs an epilogue program (coda_programs.cuh, contract in epilogue.cuh) on the
-// fp32 accumulators a warp holds, then combines and writes the program's row and column partials.
+// fp32 accumulator tile the mainloop's threads hold, then combines and writes the program's row and
+// column partials.
 //
 // Accumulators of a warp, in the mma C-fragment layout: fragment (fm, fn) is float[4]; lane
 // l = 4g + t holds d0, d1 at (r + g, c + 2t + {0, 1}) and d2, d3 at (r + g + 8, same columns), with
 // r = warp_row0 + fm * ROW_STRIDE and c = warp_col0 + fn * 8 (global indices). mma.sync m16n8k16
 // tiles stacked by 16 rows are ROW_STRIDE = 16; a wgmma m64nN accumulator is this per warp with
 // FN = N/8 and warp w of the warpgroup at rows 16w, and two m64 instructions stacked give
-// ROW_STRIDE = 64. The tile's warps form a WARPS_M x WARPS_N grid; warps with the same warp_m hold
-// the same rows, warps with the same warp_n the same columns.
+// ROW_STRIDE = 64. The tile's warps form a WARPS_M x WARPS_N grid covering a block tile of
+// WARPS_M FM 16 rows and WARPS_N FN 8 columns; warps with the same warp_m hold the same rows.
 //
-// Elements. Each thread visits its elements fragment column by fragment column (fn, then fm, then
-// the g / g + 8 half, then the pair 2t, 2t + 1): each row's columns in increasing order and each
-// column's rows in increasing order, skipping those outside M x N; M and N are
-// multiples of 8, so a fragment's 8 columns, and the two columns of a thread, are in or out together.
-// The two columns of a pair run as two element() calls through a PairedElement that makes each
-// tile access of the pair one 4- or 8-byte access (see below).
+// The tile goes through shared memory. In the fragment layout a warp's 32 lanes touch 8 rows x 8
+// columns: a tile access would be 4 bytes a lane in eight 16-byte pieces, each element with its
+// own address arithmetic. Instead, 64 columns (a chunk) at a time, the warps write their
+// accumulators of the chunk to shared memory (8-byte stores), then each thread reads back 8
+// consecutive columns of a row (a segment: two 16-byte loads) and runs the program on them: bf16
+// tile accesses are one 16-byte load or store per segment (fp32: two), a warp's access covers 8
+// rows x 64 contiguous bytes, a row vector is read once per segment and a column vector once per
+// 8 columns. A chunk is taken as two halves of 32 columns: thread T of the tile's threads takes
+// the columns 8 (T % 4) ... + 7 of each half, in the rows T / 4 + p ROWS_PER_PASS (p = 0 ...
+// PASSES - 1): its rows are the same in every chunk, so a row's state stays in the thread across
+// the chunks; its columns are the same in every pass of a half, so their vector values are read
+// once. Each segment reads the next pass's tile values and row values ahead (SegmentElement): the
+// latency of those loads hides behind this segment's arithmetic.
+//   Staging layout: row r of the chunk is 64 floats (16 pieces of 16 bytes), piece k stored at
+//   k ^ s(r), s(r) = 2 (r mod 4) + (r mod 2): the fragment stores (16 lanes of a half-warp: 4 rows
+//   x 4 column pairs) and the segment loads (8 lanes of a quarter-warp: 2 rows x 4 pieces) each hit
+//   32 different banks.
+//   Registers and code size: the chunks are unrolled (a chunk's fragment stores need compile-time
+//   accumulator indices, and once staged those registers are free for the segments' work), the
+//   halves and passes are run-time loops over one segment's code (8 elements). A fully unrolled
+//   epilogue (137 KB of SASS for GeluBackward at 128 accumulators a thread) outgrew the SM's
+//   instruction cache (bench/NOTES_gemm_sm90.md, v3).
+//   Measured on the H200 (bench_gemm): even the plain store runs faster this way (0.89x the time of
+//   storing bf16 pairs straight from the fragments), so every program takes this path.
 //
-// Combine order (fixed; every combine is associative up to rounding, so other orders differ only
-// by rounding; the CPU emulator models it with TileShape's LaneSplits {4, 2} and {8, 1}):
-//   Row, within a warp: each thread accumulates its columns of a row in increasing order; the 4
-//     lanes of a quad (t = 0..3, same row) combine by xor-shuffle butterfly, lane t = 0 ending
-//     with ((t0 t1)(t2 t3)).
-//   Row, across warps: the WARPS_N warps sharing a row, in warp_n order (((w0 w1) w2) ...),
-//     through shared memory; warp_n = 0, lane t = 0 calls write_row once per row i < M.
-//   Col, within a warp: each thread accumulates its rows of a column in increasing order; the 8
-//     row groups (g = 0..7, xor 4, 8, 16 of the lane) combine as ((g0 g1)(g2 g3))((g4 g5)(g6 g7)).
-//   Col, across warps: the WARPS_M warps sharing a column, in warp_m order, through shared memory;
-//     one thread per column of the tile calls write_col once per column j < N.
+// Combine order (fixed; every combine is associative up to rounding, so other
+// orders differ only by rounding; the CPU emulator models it with TileShape's LaneSplits {4, 8} and
+// {8, 1}):
+//   Row: each thread accumulates its columns of a row in increasing order (chunk by chunk); the 4
+//     lanes sharing the row (T % 4) combine by xor-shuffle butterfly, lane T % 4 = 0 ending with
+//     ((q0 q1)(q2 q3)) and calling write_row once per row i < M.
+//   Col, per half chunk: each thread accumulates its rows of a column in increasing order (pass by pass);
+//     the 8 lanes of a warp sharing the columns (lane / 4 = 0..7) combine as ((b0 b1)(b2 b3))((b4 b5)
+//     (b6 b7)), by a butterfly that halves the columns a lane keeps at each step (xor 4: four
+//     columns, xor 8: two, xor 16: one), and park the result in shared memory; after the last chunk
+//     one thread per column combines the warps in warp order and calls write_col once per column j < N.
 // Partials land in slot (i, tile_n) of [M, n_tiles_n] and (tile_m, j) of [n_tiles_m, N], as
 // RowPartials / ColPartials lay them out. No atomics: results are bit-for-bit deterministic.
-// Programs without partials (NoPartials) compile to the element loop alone: no shuffles, no shared
-// memory, no barriers.
 #pragma once
 #include <stdint.h>
 #include <string.h>
@@ -39,28 +56,14 @@
 #include <type_traits>
 
 #include "epilogue.cuh"
+#include "ptx_sm80.cuh"
 
 namespace codagpt::coda {
 
-// ---------------------------------------------------------------- paired tile accesses
-namespace detail {
-template <class T>
-struct Pair;
-template <>
-struct Pair<bf16> {
-    using type = __nv_bfloat162;
-    __device__ static type make(bf16 a, bf16 b) { return {a, b}; }
-};
-template <>
-struct Pair<float> {
-    using type = float2;
-    __device__ static type make(float a, float b) { return make_float2(a, b); }
-};
-}  // namespace detail
-
+// ---------------------------------------------------------------- register slots
 // A few floats in registers, indexed by a slot number that is a compile-time constant once the
-// epilogue is unrolled. Where it is not (a conditional access: LnBackwardX's optional dres), get
-// and set select among the registers instead of indexing an array, which would go to local memory.
+// epilogue is unrolled. Where it is not, get and set select among the registers instead of
+// indexing an array, which would go to local memory.
 struct RegisterSlots {
     static constexpr int kMax = 8;  // accesses of one kind per element; the programs make at most 4
     float value[kMax];
@@ -76,14 +79,26 @@ struct RegisterSlots {
     }
 };
 
-// What one element() call numbers as it goes: its tile accesses (the k-th is paired with the k-th
-// of the other element of its pair) and its row and column vector reads (the k-th is the same
-// vector for every element).
+// What one element() call numbers as it goes: its tile loads and tile stores (the k-th of each is
+// the same tile for every element: epilogue.cuh's rule), and its row and column vector reads.
 struct ElementCounters {
-    int tile = 0, row = 0, col = 0;
+    int load = 0, store = 0, row = 0, col = 0;
 };
 
 namespace detail {
+template <class T>
+struct Pair;
+template <>
+struct Pair<bf16> {
+    using type = __nv_bfloat162;
+    __device__ static type make(bf16 a, bf16 b) { return {a, b}; }
+};
+template <>
+struct Pair<float> {
+    using type = float2;
+    __device__ static type make(float a, float b) { return make_float2(a, b); }
+};
+
 __device__ inline float as_word(float x) { return x; }
 __device__ inline float as_word(int x) { return __int_as_float(x); }
 template <class T>
@@ -97,68 +112,155 @@ __device__ inline int next_slot(int& counter) {
     if (k >= RegisterSlots::kMax) __trap();  // folded away for programs within the limit
     return k;
 }
+
+// 8 consecutive values of a T tile as raw 32-bit words: 4 for bf16 (one 16-byte access), 8 for
+// float (two). Value e of the words, and the words of 8 values (bf16 values: exact).
+template <class T>
+constexpr int kWords8 = 8 * (int)sizeof(T) / 4;
+template <class T>
+__device__ inline void read8(const T* p, uint32_t (&w)[8]) {
+    const uint4* q = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+    for (int h = 0; h < kWords8<T> / 4; h++) {
+        const uint4 v = q[h];
+        w[4 * h] = v.x, w[4 * h + 1] = v.y, w[4 * h + 2] = v.z, w[4 * h + 3] = v.w;
+    }
+}
+template <class T>
+__device__ inline void write8(T* p, const uint32_t (&w)[8]) {
+    uint4* q = reinterpret_cast<uint4*>(p);
+#pragma unroll
+    for (int h = 0; h < kWords8<T> / 4; h++) q[h] = make_uint4(w[4 * h], w[4 * h + 1], w[4 * h + 2], w[4 * h + 3]);
+}
+__device__ inline float value8(const uint32_t* w, int e, bf16*) {
+    return __uint_as_float(e % 2 ? w[e / 2] & 0xffff0000u : w[e / 2] << 16);
+}
+__device__ inline float value8(const uint32_t* w, int e, float*) { return __uint_as_float(w[e]); }
+__device__ inline void words8(const float (&v)[8], uint32_t (&w)[8], bf16*) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) w[k] = (__float_as_uint(v[2 * k]) >> 16) | (__float_as_uint(v[2 * k + 1]) & 0xffff0000u);
+}
+__device__ inline void words8(const float (&v)[8], uint32_t (&w)[8], float*) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) w[k] = __float_as_uint(v[k]);
+}
 }  // namespace detail
 
-// The GPU engine's element: columns j (even, `second` false) and j + 1 of one row, in that order.
-// Tile accesses: a load by the first element reads both values and keeps the second for the
-// second element (`pair`); a store by the first is held and written by the second with its own
-// value as one access. A tile whose elements do not lie side by side (a transposed layout) or
-// whose pairs are not aligned to their size (an odd leading dimension or base) is accessed
-// element by element. Vector reads: the first element that reads row i's (column j's) values
-// reads them from memory and keeps them in `row` (`col`); the later elements of that row (column)
-// in this thread's tile take them from there.
-struct PairedElement {
-    float acc;
-    int i, j;
-    bool second;
-    bool row_first, col_first;  // the thread's first element of row i, of column j
-    ElementCounters* counters;
-    RegisterSlots *pair, *row, *col;
+// ---------------------------------------------------------------- the element
+// What one thread's segments of a half chunk keep in registers: the current segment's tile words and
+// row values, the next pass's (read one pass ahead, so that their latency hides behind this
+// segment's work), and the 8 columns' vector values, read by the first pass.
+struct SegmentSlots {
+    RegisterSlots loaded[8], stored[8];  // [w]: word w of each tile load / the value of each store's element w
+    RegisterSlots next_loaded[8];        // the same words of the next pass's row
+    RegisterSlots row, next_row;         // row vector values
+    RegisterSlots col[8];                // [e]: column j0 + e's vector values
+};
 
-    // Pairs of this tile lie side by side and are aligned: j is even, so every pair is when the
-    // base is and a row's length in elements is even.
+// Element k (0..7, a compile-time constant once unrolled) of the segment of columns j - k ... j - k + 7
+// of row i. Tile accesses: element 0's load reads all 8 values, element 7's store writes all 8
+// (the others hand their values over in `slots`): one 16-byte access for bf16, or element by
+// element where the tile is stored transposed or its segments are not 16-byte aligned. Element 0 also reads the next
+// pass's row (next_i, or -1 where there is none) of each bf16 tile and row vector, which the next
+// segment then takes from `slots` (first: no previous pass read them); column vectors are read by
+// the first pass's element 0 and kept for the later passes. Reading ahead keeps each element's
+// read before its write, so an output may alias an input (ResidualForward's x_out and residual).
+struct SegmentElement {
+    float acc;
+    int i, j, k;
+    bool first;
+    int next_i;
+    ElementCounters* counters;
+    SegmentSlots* slots;
+
     template <class T>
-    __device__ static bool pairable(const T* p, const Layout& layout) {
-        return !layout.transposed && layout.ld % 2 == 0 && reinterpret_cast<uintptr_t>(p) % (2 * sizeof(T)) == 0;
+    __device__ static bool whole(const T* p, const Layout& layout) {
+        return !layout.transposed && layout.ld % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+    }
+    // The 8 values of row r at columns j - k ... (their raw words, kWords8<T> of them).
+    template <class T>
+    __device__ void read_segment(const T* p, const Layout& layout, int r, uint32_t (&w)[8]) const {
+        if (whole(p, layout)) return detail::read8(p + layout.at(r, j - k), w);
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = to_float(p[layout.at(r, j - k + e)]);
+        detail::words8(v, w, (T*)nullptr);
     }
     template <class T>
     __device__ T load(const T* p, const Layout& layout) const {
-        const int k = detail::next_slot(counters->tile);
-        const T* at = p + layout.at(i, j);
-        if (!pairable(p, layout)) return *at;
-        if (second) return round_to<T>(pair->get(k));
-        const typename detail::Pair<T>::type both = *reinterpret_cast<const typename detail::Pair<T>::type*>(at);
-        pair->set(k, to_float(both.y));
-        return both.x;
+        const int s = detail::next_slot(counters->load);
+        constexpr int kWords = detail::kWords8<T>;
+        // fp32 tiles (the weight gradients' read-modify-write, of long-K GEMMs) are not read ahead:
+        // their 8 words more a tile do not fit beside the accumulators.
+        constexpr bool kAhead = sizeof(T) == 2;
+        // Only element 0 branches (on the tile's layout, on the pass): the other elements' code is
+        // straight-line, so the compiler interleaves the 8 elements' arithmetic.
+        if (k == 0) {
+            uint32_t w[8];
+            if (first || !kAhead) {
+                read_segment(p, layout, i, w);
+            } else {
+#pragma unroll
+                for (int e = 0; e < kWords; e++) w[e] = __float_as_uint(slots->next_loaded[e].get(s));
+            }
+#pragma unroll
+            for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, __uint_as_float(w[e]));
+            if (kAhead && next_i >= 0) {
+                read_segment(p, layout, next_i, w);
+#pragma unroll
+                for (int e = 0; e < kWords; e++) slots->next_loaded[e].set(s, __uint_as_float(w[e]));
+            }
+        }
+        uint32_t w[8];
+#pragma unroll
+        for (int e = 0; e < kWords; e++) w[e] = __float_as_uint(slots->loaded[e].get(s));
+        return round_to<T>(detail::value8(w, k, (T*)nullptr));  // exact: the value is a T
     }
     template <class T>
     __device__ void store(T* p, const Layout& layout, T value) const {
-        const int k = detail::next_slot(counters->tile);
-        T* at = p + layout.at(i, j);
-        if (!pairable(p, layout)) *at = value;
-        else if (!second) pair->set(k, to_float(value));  // exact: value is a T
-        else *reinterpret_cast<typename detail::Pair<T>::type*>(at - 1) = detail::Pair<T>::make(round_to<T>(pair->get(k)), value);
+        const int s = detail::next_slot(counters->store);
+        slots->stored[k].set(s, to_float(value));  // exact: value is a T
+        if (k == 7) {
+            float v[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = slots->stored[e].get(s);
+            if (whole(p, layout)) {
+                uint32_t w[8];
+                detail::words8(v, w, (T*)nullptr);
+                detail::write8(p + layout.at(i, j - 7), w);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) p[layout.at(i, j - 7 + e)] = round_to<T>(v[e]);
+            }
+        }
     }
     template <class T>
-    __device__ T row_input(const T* v) const { return cached(v + i, row, detail::next_slot(counters->row), row_first); }
+    __device__ T row_input(const T* v) const {
+        const int s = detail::next_slot(counters->row);
+        if (k == 0) {
+            slots->row.set(s, first ? detail::as_word(load_input(v + i)) : slots->next_row.get(s));
+            if (next_i >= 0) slots->next_row.set(s, detail::as_word(load_input(v + next_i)));
+        }
+        return detail::from_word<T>(slots->row.get(s));
+    }
     template <class T>
-    __device__ T col_input(const T* v) const { return cached(v + j, col, detail::next_slot(counters->col), col_first); }
-
-  private:
-    template <class T>
-    __device__ static T cached(const T* at, RegisterSlots* cache, int k, bool first) {
-        if (!first) return detail::from_word<T>(cache->get(k));
-        const T v = load_input(at);
-        cache->set(k, detail::as_word(v));
-        return v;
+    __device__ T col_input(const T* v) const {
+        const int s = detail::next_slot(counters->col);
+        if (k == 0 && first) {
+            const T* at = v + j;
+            if (std::is_same_v<T, float> && reinterpret_cast<uintptr_t>(at) % 16 == 0) {
+                const float4 a = __ldg(reinterpret_cast<const float4*>(at)), b = __ldg(reinterpret_cast<const float4*>(at) + 1);
+                const float w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int e = 0; e < 8; e++) slots->col[e].set(s, w[e]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) slots->col[e].set(s, detail::as_word(load_input(at + e)));
+            }
+        }
+        return detail::from_word<T>(slots->col[k].get(s));
     }
 };
-
-// Whether a program declares kSmallElement = true (epilogue.cuh).
-template <class P, class = void>
-struct small_element : std::false_type {};
-template <class P>
-struct small_element<P, std::void_t<decltype(P::kSmallElement)>> : std::bool_constant<P::kSmallElement> {};
 
 // ---------------------------------------------------------------- reduction states across lanes
 namespace detail {
@@ -176,164 +278,177 @@ __device__ S shfl_xor(const S& s, int mask) {
     memcpy(&o, w, sizeof(S));
     return o;
 }
+// c ? a : b for reduction states, word by word (a conditional on two struct lvalues would select
+// between their addresses and put the states in local memory).
+template <class S>
+__device__ S pick(bool c, const S& a, const S& b) {
+    constexpr int kWords = sizeof(S) / sizeof(float);
+    float wa[kWords], wb[kWords];
+    memcpy(wa, &a, sizeof(S));
+    memcpy(wb, &b, sizeof(S));
+#pragma unroll
+    for (int k = 0; k < kWords; k++) wa[k] = c ? wa[k] : wb[k];
+    S o;
+    memcpy(&o, wa, sizeof(S));
+    return o;
+}
+// a[k] for a run-time k without indexing the array (which would put it in local memory).
+template <class S, int N>
+__device__ S select(const S (&a)[N], int k) {
+    S v = a[0];
+#pragma unroll
+    for (int s = 1; s < N; s++)
+        if (s == k) v = a[s];
+    return v;
+}
+template <class S, int N>
+__device__ void select_set(S (&a)[N], int k, const S& v) {
+#pragma unroll
+    for (int s = 0; s < N; s++)
+        if (s == k) a[s] = v;
+}
 }  // namespace detail
 
 // The epilogue of one output tile. Every thread of the WARPS_M x WARPS_N warps calls run() with
-// its accumulators; smem: kSmemBytes of shared memory (none for programs without partials), free
-// for other use again when run() returns; sync(): a barrier of exactly these threads.
-//
-// The elements are visited one 8-column fragment at a time (fn outer, then fm and the g / g + 8
-// half): a thread still sees each row's columns in increasing order and each column's rows in
-// increasing order, but a column's state is complete once its fragment is done, so it is combined
-// across the warp's row groups and parked in shared memory right away: only two column states
-// are live at a time instead of 2 FN, and the column vectors of a fragment are read for its 2 FM
-// rows together.
-//
-// Code size. The fragment loop is a run-time loop: its body is one fragment column's code (2 FM
-// pairs of elements), run FN times. Fully unrolled, a program's code for all of a thread's
-// elements (128 at 128 accumulators: 137 KB of SASS for GeluBackward) outgrew the SM's
-// instruction cache, and the epilogue ran at the speed of fetching its instructions from L2
-// (ncu on the H200: a third of the issue stalls on instruction fetch; GeluBackward 5.4x, FcForward
-// 3.1x the time of the plain GEMM of their shape). A program whose element is a single store or
-// accumulate (kSmallElement, epilogue.cuh) stays unrolled: its whole tile's code fits the cache,
-// and the loop's copy of the accumulators through local memory would cost it more (plain GEMMs
-// were measured 0.83x of cuBLASLt unrolled, 0.61x looped).
+// its accumulators; smem: kSmemBytes of shared memory, free for other use again once every thread
+// has returned from run() (the next run() starts with a barrier); sync(): a barrier of exactly
+// these threads.
 template <class P, int FM, int FN, int ROW_STRIDE, int WARPS_M, int WARPS_N>
 struct TileEpilogue {
     using Row = typename P::Row;
     using Col = typename P::Col;
     static constexpr bool kRows = !std::is_same_v<Row, NoPartials>;
     static constexpr bool kCols = !std::is_same_v<Col, NoPartials>;
-    static constexpr int kThreads = WARPS_M * WARPS_N * 32;
-    static constexpr int kTileCols = WARPS_N * FN * 8;
-    // Cross-warp states: rows of warps warp_n >= 1, [warp_n - 1][warp_m][fm][half][g];
-    // columns of every warp, [warp_m][c] with c = (warp_n FN + fn) 8 + 2t + k the column in the tile.
-    static constexpr int kRowSlots = kRows && WARPS_N > 1 ? (WARPS_N - 1) * WARPS_M * FM * 16 : 0;
-    static constexpr int kColSlots = kCols ? WARPS_M * kTileCols : 0;
-    static constexpr size_t kRowBytes = kRowSlots * sizeof(Row);
-    static constexpr size_t kSmemBytes = kRowBytes + kColSlots * sizeof(Col);
-    static constexpr bool kShared = kSmemBytes > 0;
+    static constexpr int kWarps = WARPS_M * WARPS_N, kThreads = kWarps * 32;
+    static constexpr int kTileRows = WARPS_M * FM * 16, kTileCols = WARPS_N * FN * 8;
+    // The staging buffer holds 64 columns of the tile (a chunk); its threads take them as two
+    // halves of 32 (4 segments of a row each).
+    static constexpr int kChunkCols = 64, kHalfCols = 32, kChunks = kTileCols / kChunkCols;
+    static constexpr int kWarpChunks = FN * 8 / kChunkCols;
+    static constexpr int kRowsPerPass = kThreads / 4, kPasses = kTileRows / kRowsPerPass;
+    static_assert(FN * 8 % kChunkCols == 0 && kTileRows % kRowsPerPass == 0, "tile of whole chunks and passes");
+    static constexpr size_t kStageBytes = (size_t)kTileRows * kChunkCols * sizeof(float);
+    static constexpr size_t kSmemBytes = kStageBytes + (kCols ? (size_t)kWarps * kTileCols * sizeof(Col) : 0);
 
     template <class Sync>
     __device__ static void run(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_col0, int warp_m,
                                int warp_n, int tile_m, int tile_n, int /*n_tiles_m*/, int n_tiles_n, int M, int N,
                                void* smem, Sync sync) {
-        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-        Row* row_smem = static_cast<Row*>(smem);
-        Col* col_smem = reinterpret_cast<Col*>(static_cast<char*>(smem) + kRowBytes);
-        Row rows[FM][2] = {};
-        RegisterSlots row_values[FM][2];  // the vector values of the thread's rows, read at fn = 0
-        // Fragment column fn: the thread's 2 FM pairs of elements in it, accumulator (fm, q) at value(fm, q).
-        auto fragment = [&](int fn, auto value) {
-            const int j = warp_col0 + fn * 8 + 2 * t;
-            Col cols[2] = {};
-            RegisterSlots col_values[2];  // of its two columns, read at its first row
-            if (j < N) {  // the same for the whole warp: a fragment's 8 columns are in or out together
-#pragma unroll
-                for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int i = warp_row0 + fm * ROW_STRIDE + 8 * h + g;
-                        if (i >= M) continue;
-                        const bool col_first = fm == 0 && h == 0;  // rows past M are the later ones
-                        RegisterSlots pair;
-                        ElementCounters first, second;
-                        p.element(PairedElement{value(fm, 2 * h), i, j, false, fn == 0, col_first, &first, &pair,
-                                                &row_values[fm][h], &col_values[0]},
-                                  rows[fm][h], cols[0]);
-                        p.element(PairedElement{value(fm, 2 * h + 1), i, j + 1, true, false, col_first, &second, &pair,
-                                                &row_values[fm][h], &col_values[1]},
-                                  rows[fm][h], cols[1]);
-                    }
-            }
-            if constexpr (kCols) {
-#pragma unroll
-                for (int k = 0; k < 2; k++)
-#pragma unroll
-                    for (int mask = 4; mask <= 16; mask *= 2) cols[k].combine(detail::shfl_xor(cols[k], mask));
-                if (g == 0)
-#pragma unroll
-                    for (int k = 0; k < 2; k++) col_smem[warp_m * kTileCols + (warp_n * FN + fn) * 8 + 2 * t + k] = cols[k];
-            }
-        };
-        if constexpr (small_element<P>::value) {
-#pragma unroll
-            for (int fn = 0; fn < FN; fn++) fragment(fn, [&](int fm, int q) { return acc[fm][fn][q]; });
-        } else {
-            // A run-time loop over the fragments (see "Code size" above) indexes the accumulators at
-            // run time: it reads a copy of them in local memory (the thread's L1 lines), each
-            // fragment's values loaded one iteration ahead; the accumulators themselves stay in
-            // registers for the mainloop.
-            float staged[FM][FN][4], now[FM][4], ahead[FM][4];
-#pragma unroll
-            for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-#pragma unroll
-                    for (int fn = 0; fn < FN; fn++) staged[fm][fn][q] = acc[fm][fn][q];
-                    now[fm][q] = acc[fm][0][q];
-                }
-#pragma unroll 1
-            for (int fn = 0; fn < FN; fn++) {
-                const int next = min(fn + 1, FN - 1);
-#pragma unroll
-                for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) ahead[fm][q] = staged[fm][next][q];
-                fragment(fn, [&](int fm, int q) { return now[fm][q]; });
-#pragma unroll
-                for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) now[fm][q] = ahead[fm][q];
-            }
-        }
-
-        if constexpr (kRows) {
-#pragma unroll
-            for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-#pragma unroll
-                    for (int mask = 1; mask <= 2; mask *= 2) rows[fm][h].combine(detail::shfl_xor(rows[fm][h], mask));
-            if (WARPS_N > 1 && warp_n > 0 && t == 0)
-#pragma unroll
-                for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) row_smem[row_slot(warp_n, warp_m, fm, h, g)] = rows[fm][h];
-        }
-        if constexpr (kShared) sync();
-        if constexpr (kRows) {
-            if (warp_n == 0 && t == 0)
-#pragma unroll
-                for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int i = warp_row0 + fm * ROW_STRIDE + 8 * h + g;
-                        if (i >= M) continue;
-                        Row total = rows[fm][h];
-#pragma unroll
-                        for (int w = 1; w < WARPS_N; w++) total.combine(row_smem[row_slot(w, warp_m, fm, h, g)]);
-                        p.write_row(total, RowSlot{i, tile_n, n_tiles_n});
-                    }
-        }
-        if constexpr (kCols) {
-            // Column c of the tile: the WARPS_M warps' states in warp_m order, one thread a column.
-            const int tile_col0 = warp_col0 - warp_n * FN * 8;
-            for (int c = (warp_m * WARPS_N + warp_n) * 32 + lane; c < kTileCols; c += kThreads) {
-                if (tile_col0 + c >= N) continue;
-                Col total = col_smem[c];
-#pragma unroll
-                for (int w = 1; w < WARPS_M; w++) total.combine(col_smem[w * kTileCols + c]);
-                p.write_col(total, ColSlot{tile_col0 + c, tile_m, N});
-            }
-        }
-        if constexpr (kShared) sync();  // shared memory free again (a persistent kernel's next tile)
+        staged(p, acc, warp_row0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
     }
 
   private:
-    __device__ static int row_slot(int warp_n, int warp_m, int fm, int h, int g) {
-        return (((warp_n - 1) * WARPS_M + warp_m) * FM + fm) * 16 + h * 8 + g;
+    // Where the staging buffer keeps column `col` (0..63) of tile row `row`, in floats from its start: 16-byte
+    // piece col / 4 of the row at piece (col / 4) ^ s(row).
+    __device__ static int staged_at(int row, int col) {
+        const int swizzle = 2 * (row & 3) + (row & 1);
+        return row * kChunkCols + (((col >> 2) ^ swizzle) << 2) + (col & 3);
     }
+
+    template <class Sync>
+    __device__ static void staged(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_m, int warp_n,
+                                  int tile_m, int tile_n, int n_tiles_n, int M, int N, void* smem, Sync sync) {
+        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+        const int warp = warp_m * WARPS_N + warp_n, T = warp * 32 + lane, q = T % 4, row0 = T / 4;
+        const int tile_row0 = tile_m * kTileRows, tile_col0 = tile_n * kTileCols;
+        const int frag_row0 = warp_row0 - tile_row0;  // this warp's first accumulator row in the tile
+        const uint32_t stage = ptx::smem_addr(smem);  // 32-bit shared addresses: fewer registers
+        Col* col_smem = reinterpret_cast<Col*>(static_cast<char*>(smem) + kStageBytes);
+        Row rows[kPasses] = {};
+
+        // Unrolled over the chunks, so that the compiler sees each chunk's accumulators die once
+        // they are staged (with WARPS_N = 1: Hopper's mainloop): the segments of the first chunk
+        // run with the registers of half a tile's accumulators free.
+#pragma unroll
+        for (int c = 0; c < kChunks; c++) {
+            sync();  // the previous chunk's (tile's) segments are read
+#pragma unroll
+            for (int lc = 0; lc < kWarpChunks; lc++) {
+                if (warp_n * kWarpChunks + lc != c) continue;
+#pragma unroll
+                for (int fm = 0; fm < FM; fm++)
+#pragma unroll
+                    for (int f = 0; f < kChunkCols / 8; f++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int fn = lc * kChunkCols / 8 + f;
+                            const int row = frag_row0 + fm * ROW_STRIDE + 8 * h + g, col = f * 8 + 2 * t;
+                            ptx::st_shared_v2(stage + 4 * staged_at(row, col), acc[fm][fn][2 * h], acc[fm][fn][2 * h + 1]);
+                        }
+            }
+            sync();
+
+#pragma unroll 1
+            for (int half = 0; half < kChunkCols / kHalfCols; half++) {
+                const int col0 = half * kHalfCols + 8 * q;  // of the segment, in the chunk
+                const int j0 = tile_col0 + c * kChunkCols + col0;
+                Col cols[8] = {};
+                SegmentSlots slots;
+#pragma unroll 1
+                for (int pass = 0; pass < kPasses; pass++) {
+                    const int row = row0 + pass * kRowsPerPass, i = tile_row0 + row;
+                    if (i >= M || j0 >= N) break;  // and so are the later passes' rows
+                    const int next_i = pass + 1 < kPasses && i + kRowsPerPass < M ? i + kRowsPerPass : -1;
+                    float v[8];
+                    const float4 lo = ptx::ld_shared_v4(stage + 4 * staged_at(row, col0));
+                    const float4 hi = ptx::ld_shared_v4(stage + 4 * staged_at(row, col0 + 4));
+                    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+                    Row row_state = detail::select(rows, pass);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) {
+                        ElementCounters counters;
+                        p.element(SegmentElement{v[k], i, j0 + k, k, pass == 0, next_i, &counters, &slots}, row_state,
+                                  cols[k]);
+                    }
+                    detail::select_set(rows, pass, row_state);
+                }
+
+                if constexpr (kCols) {
+                    // Across the 8 lanes b = lane / 4 holding these columns: at each step the lower
+                    // lane of a pair keeps the lower half of its columns, the upper the upper half,
+                    // each combining its partner's state after (lower lane) or before (upper) its own.
+                    int first = 0;  // of the 8 columns, the first this lane still holds
+#pragma unroll
+                    for (int step = 0; step < 3; step++) {
+                        const int kept = 4 >> step, mask = 4 << step;  // columns kept: half of those held
+                        const bool upper = lane & mask;
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            if (k >= kept) continue;
+                            const Col mine = detail::pick(upper, cols[k + kept], cols[k]);
+                            const Col other = detail::shfl_xor(detail::pick(upper, cols[k], cols[k + kept]), mask);
+                            Col total = detail::pick(upper, other, mine);
+                            total.combine(detail::pick(upper, mine, other));
+                            cols[k] = total;
+                        }
+                        if (upper) first += kept;
+                    }
+                    col_smem[warp * kTileCols + c * kChunkCols + col0 + first] = cols[0];
+                }
+            }
+        }
+
+        if constexpr (kRows) {
+#pragma unroll
+            for (int pass = 0; pass < kPasses; pass++) {
+#pragma unroll
+                for (int mask = 1; mask <= 2; mask *= 2) rows[pass].combine(detail::shfl_xor(rows[pass], mask));
+                const int i = tile_row0 + row0 + pass * kRowsPerPass;
+                if (q == 0 && i < M) p.write_row(rows[pass], RowSlot{i, tile_n, n_tiles_n});
+            }
+        }
+        if constexpr (kCols) {
+            sync();
+            for (int c = T; c < kTileCols; c += kThreads) {
+                if (tile_col0 + c >= N) continue;
+                Col total = col_smem[c];
+#pragma unroll
+                for (int w = 1; w < kWarps; w++) total.combine(col_smem[w * kTileCols + c]);
+                p.write_col(total, ColSlot{tile_col0 + c, tile_m, N});
+            }
+        }
+    }
+
 };
 
 }  // namespace codagpt::coda

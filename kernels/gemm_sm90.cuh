@@ -93,16 +93,35 @@ constexpr int kOrderBarrier = 3;
 template <class Cfg, class P>
 using EpilogueOf = TileEpilogue<P, Cfg::FM, Cfg::FN, 64, Cfg::WARPS_M, 1>;
 
+// The ring gets the configuration's stages, fewer where the epilogue's shared memory (its staging
+// buffer and parked column states, gemm_epilogue.cuh) leaves no room for them.
 template <class Cfg, class P>
 struct SmemLayout {
     static constexpr int kEpilogueBytes = (int)EpilogueOf<Cfg, P>::kSmemBytes;  // per concurrent tile
-    static constexpr int a = 0;
-    static constexpr int b = a + Cfg::STAGES * Cfg::A_BYTES;
-    static constexpr int bars = b + Cfg::STAGES * Cfg::B_BYTES;  // full[STAGES], empty[STAGES]
-    static constexpr int epilogue = (bars + 2 * Cfg::STAGES * 8 + 127) / 128 * 128;
-    static constexpr int bytes = epilogue + (Cfg::PINGPONG ? 2 : 1) * kEpilogueBytes;
-    static constexpr int launch_bytes = bytes + 1024;  // room to align the base to a swizzle atom
-    static_assert(launch_bytes <= 227 * 1024, "shared memory of the tile configuration");
+    static constexpr int kLimit = 227 * 1024;
+
+    struct Offsets {
+        int b, bars, epilogue, bytes, launch_bytes;
+    };
+    static constexpr Offsets offsets(int stages) {
+        Offsets o{};
+        o.b = stages * Cfg::A_BYTES;
+        o.bars = o.b + stages * Cfg::B_BYTES;  // full[stages], empty[stages]
+        o.epilogue = (o.bars + 2 * stages * 8 + 127) / 128 * 128;
+        o.bytes = o.epilogue + (Cfg::PINGPONG ? 2 : 1) * kEpilogueBytes;
+        o.launch_bytes = o.bytes + 1024;  // room to align the base to a swizzle atom
+        return o;
+    }
+    static constexpr int stages_that_fit() {
+        int s = Cfg::STAGES;
+        while (s > 2 && offsets(s).launch_bytes > kLimit) s--;
+        return s;
+    }
+    static constexpr int kStages = stages_that_fit();
+    static constexpr Offsets kAt = offsets(kStages);
+    static constexpr int a = 0, b = kAt.b, bars = kAt.bars, epilogue = kAt.epilogue, bytes = kAt.bytes,
+                         launch_bytes = kAt.launch_bytes;
+    static_assert(launch_bytes <= kLimit, "shared memory of the tile configuration");
 };
 
 struct Params {
@@ -277,11 +296,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // 128-byte swizzle atoms must start at 1024-byte boundaries (the swizzle is a function of the address).
     uint8_t* smem = (uint8_t*)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     const uint32_t smem_a = ptx::smem_addr(smem + Smem::a), smem_b = ptx::smem_addr(smem + Smem::b);
-    const uint32_t full_bar = ptx::smem_addr(smem + Smem::bars), empty_bar = full_bar + 8 * Cfg::STAGES;
+    const uint32_t full_bar = ptx::smem_addr(smem + Smem::bars), empty_bar = full_bar + 8 * Smem::kStages;
 
     const int tiles = params.tiles_m * params.tiles_n;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < Cfg::STAGES; s++) {
+        for (int s = 0; s < Smem::kStages; s++) {
             ptx::mbar_init(full_bar + 8 * s, 1);                          // the producer's expect_tx
             ptx::mbar_init(empty_bar + 8 * s, Cfg::WARPS_M);  // one arrival per warp reading the stage
         }
@@ -317,7 +336,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 } else {
                     ptx::tma_load_2d(b, &params.tma_b, k0, n0, full);
                 }
-                if (++stage == Cfg::STAGES) {
+                if (++stage == Smem::kStages) {
                     stage = 0;
                     phase ^= 1;
                 }
@@ -331,12 +350,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         // acc[fm][fn][4]: wgmma's m64nN accumulator, fragment (fm, fn) of this warp at rows
         // warp_row0 + fm*64 + {g, g+8}, columns fn*8 + 2t + {0, 1} (lane = 4g + t).
         float acc[Cfg::FM][Cfg::FN][4];
-#pragma unroll
-        for (int fm = 0; fm < Cfg::FM; fm++)
-#pragma unroll
-            for (int fn = 0; fn < Cfg::FN; fn++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) acc[fm][fn][q] = 0.f;
 
         // Descriptor bases of this consumer's rows of A and of B, for stage 0 and k16 step 0.
         // K-major: rows at 128 bytes, k16 steps 32 bytes along the swizzled row.
@@ -356,9 +369,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int first = Cfg::PINGPONG ? consumer : 0, step = Cfg::PINGPONG ? 2 : 1;
         for (int i = first, t = blockIdx.x + first * gridDim.x; t < tiles; i += step, t += step * gridDim.x) {
             const TileCoord tc = tile_coord(t, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
+            // Fresh accumulators each tile (the first wgmma overwrites them anyway): so the compiler
+            // sees the previous tile's die in its epilogue instead of living on into this mainloop.
+#pragma unroll
+            for (int fm = 0; fm < Cfg::FM; fm++)
+#pragma unroll
+                for (int fn = 0; fn < Cfg::FN; fn++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) acc[fm][fn][q] = 0.f;
             const long slot = (long)i * params.k_blocks;
-            int stage = (int)(slot % Cfg::STAGES);
-            uint32_t phase = (uint32_t)(slot / Cfg::STAGES) & 1;
+            int stage = (int)(slot % Smem::kStages);
+            uint32_t phase = (uint32_t)(slot / Smem::kStages) & 1;
             int prev_stage = -1;
             if (Cfg::PINGPONG && i > 0) ptx::named_barrier_sync(kOrderBarrier + consumer, 256);
             for (int kb = 0; kb < params.k_blocks; kb++) {
@@ -380,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 ptx::wgmma_wait<1>();
                 if (prev_stage >= 0 && lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
                 prev_stage = stage;
-                if (++stage == Cfg::STAGES) {
+                if (++stage == Smem::kStages) {
                     stage = 0;
                     phase ^= 1;
                 }
@@ -568,14 +589,14 @@ inline bool available() {
 }
 
 // The tile shape and lane split gemm() uses for `prob` (callers size partials buffers from it):
-// a quad of threads shares a row (4 lanes of 2 adjacent columns, wgmma's accumulator layout), the
-// 8 row groups of a warp share a column.
+// 4 threads share a row (each 8 adjacent columns of a 32-column half chunk, gemm_epilogue.cuh),
+// 8 lanes of a warp share a column.
 inline TileShape tile_shape(const GemmProblem& prob) {
     const Tile t = detail::choose_tile(prob, detail::device_info().sms);
     TileShape s;
     s.bm = detail::tile_m(t);
     s.bn = detail::tile_n(t);
-    s.rows = {4, 2};
+    s.rows = {4, 8};
     s.cols = {8, 1};
     return s;
 }

@@ -1,6 +1,7 @@
 // The sm_80 PTX wrappers that the mma.sync kernels share (the portable GEMM mainloop,
 // gemm_sm80.cuh, and our flash attention, attention.cu): cp.async copies into shared memory,
-// ldmatrix fragment loads and the bf16 m16n8k16 tensor-core product.
+// ldmatrix fragment loads and the bf16 m16n8k16 tensor-core product; and the shared-memory
+// accesses of the GEMM epilogue (gemm_epilogue.cuh).
 #pragma once
 #include <stdint.h>
 
@@ -9,6 +10,16 @@
 namespace codagpt::ptx {
 
 __device__ inline uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+// 8- and 16-byte shared-memory accesses at a 32-bit shared address (a generic pointer costs two
+// registers an address, which the GEMM epilogue cannot spare).
+__device__ inline void st_shared_v2(uint32_t addr, float a, float b) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+__device__ inline float4 ld_shared_v4(uint32_t addr) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+    return v;
+}
 
 // 16-byte global -> shared copy; zero-fills the destination instead when !valid (src-size 0, src unread).
 __device__ inline void cp_async16(void* dst, const void* src, bool valid) {

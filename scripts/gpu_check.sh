@@ -9,7 +9,9 @@
 #                                            fusion path, 350M and 1.5B (TRACE_MODELS):
 #                                            trace_{coda,unfused}_{350m,1.5b}.txt
 #   bash scripts/gpu_check.sh DIR parity     350M on TinyShakespeare, PARITY_STEPS (default 300) steps,
-#                                            same seed and data, both paths: parity_{coda,unfused}.jsonl
+#                                            same seed and data, both paths, each also with the same
+#                                            global batch as 2 x 8 accumulated micro-batches (a
+#                                            reduction-order control): parity_{coda,unfused}_{b16,accum2}.jsonl
 #                                            (the runs' metrics) and parity.json (a parity record)
 #   bash scripts/gpu_check.sh DIR all        tests and bench
 # STEPS (default 30) sets the benchmark's steps; PEER_COMPILE="0 1" (default) which peer modes run.
@@ -74,27 +76,39 @@ if [[ $what == trace ]]; then
 fi
 
 if [[ $what == parity ]]; then
+  # Each path twice: B = 16, and the same global batch as 2 accumulated micro-batches of 8 (a
+  # control: how far a path moves under a change of reduction order alone).
   for fusion in unfused coda; do
-    "$dir/codagpt" train --config "$dir/configs/gpt2-350m.json" --device cuda --fusion $fusion \
-      --steps "${PARITY_STEPS:-300}" --train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" \
-      --eval_every 50 --eval_batches 8 --log_every 50 --quiet --out_dir "$runs/parity-$fusion" > "$runs/parity-$fusion.log" 2>&1
-    cp "$runs/parity-$fusion/metrics.jsonl" "$out/parity_$fusion.jsonl" 2>/dev/null
-    summary+=("parity $fusion: $(grep -E '^done|error' "$runs/parity-$fusion.log")")
+    for run in b16 accum2; do
+      extra=(); [[ $run == accum2 ]] && extra=(--batch_size 8 --grad_accum 2)
+      "$dir/codagpt" train --config "$dir/configs/gpt2-350m.json" --device cuda --fusion $fusion "${extra[@]}" \
+        --steps "${PARITY_STEPS:-300}" --train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" \
+        --eval_every 50 --eval_batches 8 --log_every 50 --quiet --out_dir "$runs/parity-$fusion-$run" > "$runs/parity-$fusion-$run.log" 2>&1
+      cp "$runs/parity-$fusion-$run/metrics.jsonl" "$out/parity_${fusion}_$run.jsonl" 2>/dev/null
+      summary+=("parity $fusion $run: $(grep -E '^done|error' "$runs/parity-$fusion-$run.log")")
+    done
   done
-  python3 - "$out" "$dir/codagpt" <<'PY' && summary+=("$(cat "$out/parity.line")")
+  python3 - "$out" <<'PY' && summary+=("$(cat "$out/parity.line")")
 import json, os, subprocess, sys, datetime
 out = sys.argv[1]
-def val(fusion):
-    vals = [json.loads(l) for l in open(f"{out}/parity_{fusion}.jsonl") if '"val_loss"' in l]
+def val(name):
+    vals = [json.loads(l) for l in open(f"{out}/parity_{name}.jsonl") if '"val_loss"' in l]
     return vals[-1]["val_loss"], vals[-1]["step"]
-(u, steps), (c, _) = val("unfused"), val("coda")
-gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+(u, steps), (c, _) = val("unfused_b16"), val("coda_b16")
+u2, c2 = val("unfused_accum2")[0], val("coda_accum2")[0]
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                     text=True).stdout.strip().splitlines()[0]
 rec = {"kind": "parity", "gpu": gpu, "commit": os.environ.get("CODAGPT_COMMIT", "unknown"),
        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
        "command": "bash scripts/gpu_check.sh DIR parity", "model": "gpt2-350m", "steps": steps,
-       "val_loss_coda": c, "val_loss_unfused": u, "rel_diff": abs(c - u) / u}
+       "val_loss_coda": c, "val_loss_unfused": u, "rel_diff": abs(c - u) / u,
+       "control": {"what": "the same global batch as 2 x 8 accumulated micro-batches",
+                   "val_loss_coda": c2, "val_loss_unfused": u2,
+                   "rel_diff_unfused": abs(u2 - u) / u, "rel_diff_coda": abs(c2 - c) / c}}
 json.dump([rec], open(f"{out}/parity.json", "w"), indent=2)
-open(f"{out}/parity.line", "w").write(f"parity after {steps} steps: val loss coda {c:.5f}, unfused {u:.5f}, rel diff {abs(c-u)/u:.3%}")
+open(f"{out}/parity.line", "w").write(
+    f"parity after {steps} steps: val loss coda {c:.5f}, unfused {u:.5f}, rel diff {abs(c-u)/u:.3%}; "
+    f"control (2 x 8 accumulated): unfused {u2:.5f} ({abs(u2-u)/u:.3%} from B=16), coda {c2:.5f} ({abs(c2-c)/c:.3%})")
 PY
   rm -f "$out/parity.line"
 fi

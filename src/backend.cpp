@@ -115,6 +115,8 @@ public:
     double evaluate(const int* inputs, const int* targets) override { return model_.forward(inputs, targets, false); }
     double grad_norm() override { return model_.grad_norm(); }
     void apply_update(double lr, double, const TrainConfig& c) override { model_.apply_update(lr, c); }
+    void time_phases() override { model_.time_phases(); }
+    StepPhases phases() const override { return model_.phases(); }
     TrainState save_state() const override {
         GPT2GPU::OptimizerState o = model_.optimizer_state();
         return {model_.master_params(), std::move(o.m), std::move(o.v), o.t};

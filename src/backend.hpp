@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "step_phases.hpp"
 
 namespace codagpt {
 
@@ -40,6 +41,10 @@ public:
         apply_update(lr, norm, c);
         return norm;
     }
+    // --phase-times (GPU backends): time every step's phases from now on with CUDA events; the
+    // phases of the last step once apply_update has returned.
+    virtual void time_phases() {}
+    virtual StepPhases phases() const { return {}; }
     // Device memory in use (total - free, as llm.c reports it), or -1 where not applicable.
     virtual double device_memory_mib() const { return -1; }
     // For checkpoints: a host copy of the state, and its restoration (sizes are checked: Error).

@@ -22,8 +22,13 @@
 // asynchronous errors, so a connection broken by a dead peer ends a rank with an error instead of a
 // hang; a rank blocked elsewhere is ended by the launcher (SIGTERM, then SIGKILL 10 s later). On an
 // error the communicator is aborted, not destroyed (pending collectives would never complete).
+//
+// Timing (--phase-times, step_phases.hpp). Once time_reductions() has been called, each bucket's
+// reductions are bracketed by two CUDA events on the side stream; TrainableParams reads them after
+// the step's optimizer update (which waits for the side stream), against its compute-stream events.
 #pragma once
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "config.hpp"
@@ -31,6 +36,7 @@
 #include "zero_shard.hpp"
 
 struct CUstream_st;     // cudaStream_t, without CUDA headers
+struct CUevent_st;      // cudaEvent_t
 struct __nv_bfloat16;   // bf16
 
 namespace codagpt {
@@ -68,6 +74,12 @@ public:
     // For checkpoints: the real elements of every rank's chunk `shard` (plan().shard_size floats on
     // the device) into `full` (plan().n floats) on rank 0; other ranks leave `full` alone. Synchronizes.
     virtual void gather_to_root(float* full, const float* shard, CUstream_st* stream) = 0;
+
+    // From now on every bucket's reduction is timed: its events are created here, once.
+    virtual void time_reductions() = 0;
+    // The (start, end) events of each bucket's last reduction on the side stream; empty unless
+    // time_reductions() was called.
+    virtual std::vector<std::pair<CUevent_st*, CUevent_st*>> reduction_events() const = 0;
 
 protected:
     DataParallel(int rank, ZeroPlan plan) : rank_(rank), plan_(std::move(plan)) {}

@@ -10,11 +10,12 @@
 // to `rows.lanes` lanes in chunks of `rows.chunk` columns (lane = (j_in_tile / chunk) % lanes);
 // each lane accumulates its elements in increasing column order into its own Row state; then the
 // lane states are combined as a pairwise tree in lane order, ((l0 l1)(l2 l3)), which is what
-// xor-butterfly warp shuffles leave on lane 0. The defaults, 4 lanes of 2 columns, are Hopper's
-// wgmma accumulator layout (a quad of threads shares a row, each holding pairs of adjacent
-// columns). Columns of a tile likewise with `cols` (default 8 lanes of 1 row: the 8 row groups of
-// a warp). So every combine path of a program runs in CI. The GPU engine fixes its own order
-// (shuffles, then shared memory across warps): its results agree with these to rounding.
+// xor-butterfly warp shuffles leave on lane 0. The defaults, 4 lanes of 8 columns, are the GPU
+// epilogue's segments (kernels/gemm_epilogue.cuh: 4 threads share a row of a 32-column half chunk,
+// each taking 8 adjacent columns). Columns of a tile likewise with `cols` (default 8 lanes of 1
+// row: the 8 lanes of a warp sharing a column). So every combine path of a program runs in CI.
+// The GPU engine fixes its own order (shuffles, then shared memory across warps): its results
+// agree with these to rounding.
 //
 // Tiles run in parallel (OpenMP); each writes only its own elements and partial slots, so the
 // results do not depend on the thread count.
@@ -44,7 +45,7 @@ struct LaneSplit {
 
 struct TileShape {
     int bm = 128, bn = 128;
-    LaneSplit rows{4, 2}, cols{8, 1};
+    LaneSplit rows{4, 8}, cols{8, 1};
 };
 
 inline int n_tiles(int extent, int tile) { return (extent + tile - 1) / tile; }

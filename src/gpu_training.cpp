@@ -81,6 +81,11 @@ TrainableParams::TrainableParams(const ModelConfig& c, std::shared_ptr<DataParal
     CUDA_CHECK(cudaMemset(v_, 0, S * sizeof(float)));
 }
 
+TrainableParams::~TrainableParams() {
+    for (cudaEvent_t e : phase_events_)
+        if (e) cudaEventDestroy(e);
+}
+
 OptimizerBuffers TrainableParams::buffers() const {
     const size_t own = full_master_ ? plan_.shards[rank_].padded_begin : 0;  // the shard's place in master_
     return {&plan_.layout, &plan_.shards[rank_], master_ + own, params_, grads_, m_, v_, scalars_, norm_scratch_};
@@ -135,17 +140,25 @@ std::vector<float> TrainableParams::local_grads() const {
 
 void TrainableParams::zero_grad() {
     CUDA_CHECK(cudaMemsetAsync(grads_, 0, plan_.n * sizeof(float), stream_));
+    step_begun_ = false;
+}
+
+void TrainableParams::forward_begins() {
+    if (!step_begun_) mark(kStepBegin);
+    step_begun_ = true;
 }
 
 void TrainableParams::layer_grads_done(int layer) {
+    if (layer < 0) mark(kBackwardEnd);  // the last backward of the step records it last
     if (dp_) dp_->bucket_done(layer, grads_, stream_);
 }
 
 double TrainableParams::grad_norm() {
     const OptimizerBuffers b = buffers();
     float* const norm_sq = scalars_;
+    if (dp_) dp_->wait_for_gradients(grads_, stream_);
+    mark(kOptimizerBegin);
     if (dp_) {
-        dp_->wait_for_gradients(grads_, stream_);
         device_shard_norm_squared(b, norm_partials_ + rank_, stream_);
         dp_->all_gather_norm_partials(norm_partials_, stream_);
         sum_in_order(norm_sq, norm_partials_, plan_.ranks, stream_);
@@ -163,6 +176,35 @@ double TrainableParams::grad_norm() {
 void TrainableParams::apply_update(double lr, const TrainConfig& c) {
     device_adamw_step(buffers(), ++step_, lr, c, stream_);
     if (dp_) dp_->all_gather_weights(params_, full_master_ ? master_ : nullptr, stream_);
+    mark(kOptimizerEnd);
+}
+
+void TrainableParams::mark(int event) {
+    if (!phase_events_.empty()) CUDA_CHECK(cudaEventRecord(phase_events_[event], stream_));
+}
+
+void TrainableParams::time_phases() {
+    if (!phase_events_.empty()) return;
+    phase_events_.assign(kPhaseEvents, nullptr);
+    for (cudaEvent_t& e : phase_events_) CUDA_CHECK(cudaEventCreate(&e));
+    if (dp_) dp_->time_reductions();
+}
+
+StepPhases TrainableParams::phases() const {
+    if (phase_events_.empty()) throw Error("TrainableParams::phases: time_phases() was not called");
+    auto since_begin = [&](cudaEvent_t e) {
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, phase_events_[kStepBegin], e));
+        return (double)ms;
+    };
+    StepMarks m;
+    m.backward_end = since_begin(phase_events_[kBackwardEnd]);
+    m.optimizer_begin = since_begin(phase_events_[kOptimizerBegin]);
+    m.optimizer_end = since_begin(phase_events_[kOptimizerEnd]);
+    if (dp_)
+        for (const auto& [start, end] : dp_->reduction_events())
+            m.reductions.push_back({since_begin(start), since_begin(end)});
+    return step_phases(m);
 }
 
 }  // namespace codagpt

@@ -12,6 +12,7 @@
 #include "config.hpp"
 #include "data_parallel.hpp"
 #include "gpt2_params.hpp"
+#include "step_phases.hpp"
 #include "zero_shard.hpp"
 
 namespace codagpt {
@@ -71,11 +72,16 @@ void device_adamw_step(const OptimizerBuffers& b, int t, double lr, const TrainC
 // padded_total elements (zeros past n), m and v only the rank's chunk (shard_size), and the master
 // weights the rank's chunk too unless the model needs all of them (full_master: the fused model's
 // folds and LayerNorm gradients read fp32 weights; they are then all-gathered with the bf16 ones).
+// With time_phases() (--phase-times) it also times each step's phases with CUDA events
+// (step_phases.hpp): recorded on the streams as the step goes, read after the update's sync.
 class TrainableParams {
 public:
     // alloc: the model's device allocator, in bytes (it reports running out of memory its own way).
     TrainableParams(const ModelConfig& c, std::shared_ptr<DataParallel> dp, bool full_master, cudaStream_t stream,
                     const std::function<void*(size_t)>& alloc);
+    ~TrainableParams();
+    TrainableParams(const TrainableParams&) = delete;
+    TrainableParams& operator=(const TrainableParams&) = delete;
     // Device bytes the constructor allocates, for out-of-memory estimates.
     static size_t device_bytes(const ModelConfig& c, const DataParallel* dp, bool full_master);
 
@@ -97,6 +103,9 @@ public:
     std::vector<float> local_grads() const;
 
     void zero_grad();
+    // A forward that a backward will follow begins (the models call it first thing): the first one
+    // after zero_grad starts the step's timing.
+    void forward_begins();
     // Backward's report that `layer`'s gradients are complete (-1: wte, wpe, LN_f): with several
     // ranks, on the last micro-step, their reduction starts on the side stream.
     void layer_grads_done(int layer);
@@ -106,6 +115,12 @@ public:
     // AdamW over the rank's shard with the clip from grad_norm(), then the all-gather of the
     // weights. Enqueued on the stream: the model refolds (fused path) and synchronizes.
     void apply_update(double lr, const TrainConfig& c);
+
+    // From now on every step is timed: the events (and the DataParallel's) are created here, once.
+    void time_phases();
+    // The phases of the last step, once apply_update's work is complete (the models synchronize
+    // after it). Reads events only: no synchronization, no effect on the numbers trained.
+    StepPhases phases() const;
 
 private:
     std::vector<float> gather(const float* shard_buf) const;
@@ -119,6 +134,12 @@ private:
     float *grads_ = nullptr, *master_ = nullptr, *m_ = nullptr, *v_ = nullptr;
     float *scalars_ = nullptr, *norm_scratch_ = nullptr, *norm_partials_ = nullptr;
     int step_ = 0;  // optimizer steps taken (AdamW bias correction)
+    // time_phases(): events on the stream where the step's first forward begins, its last backward
+    // ends, and the optimizer begins (gradients reduced) and ends (weights gathered); else empty.
+    enum { kStepBegin, kBackwardEnd, kOptimizerBegin, kOptimizerEnd, kPhaseEvents };
+    std::vector<cudaEvent_t> phase_events_;
+    bool step_begun_ = false;
+    void mark(int event);
 };
 
 }  // namespace codagpt

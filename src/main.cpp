@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     train->add_option("--trace-kernels", train_opt.trace_kernels,
                       "Write the kernels one training step launches (library internals included), one a line, to FILE");
+    train->add_flag("--phase-times", train_opt.phase_times,
+                    "Time each step's phases with CUDA events (forward+backward, gradient reductions and their "
+                    "part not hidden by backward, optimizer): medians at the end, per step in metrics.jsonl");
     train->add_flag("-q,--quiet", train_opt.quiet, "Print only evaluation and summary lines");
     train->add_option("--bench-json", train_opt.bench_json,
                       "Append a benchmark record (steady-state tok/s, ms/step, losses) to this JSON file");

@@ -243,6 +243,7 @@ struct GPT2CodaGPU::Impl {
         const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, V = cfg.vocab_size;
         const int Vp = cfg.padded_vocab(), C3 = 3 * C, C4 = 4 * C;
         const size_t MC = (size_t)M * C;
+        if (backward_next) state->forward_begins();
         CUDA_CHECK(cudaMemcpyAsync(inputs, in_host, M * sizeof(int), cudaMemcpyHostToDevice, stream));
         CUDA_CHECK(cudaMemcpyAsync(targets, tgt_host, M * sizeof(int), cudaMemcpyHostToDevice, stream));
         if (backward_next) encoder_buckets_build(buckets, in_host, B, T, stream);
@@ -429,6 +430,8 @@ void GPT2CodaGPU::apply_update(double lr, const TrainConfig& c) {
     impl_->fold();
     CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }
+void GPT2CodaGPU::time_phases() { impl_->state->time_phases(); }
+StepPhases GPT2CodaGPU::phases() const { return impl_->state->phases(); }
 
 std::vector<float> GPT2CodaGPU::logits() const {
     return download_bf16(impl_->logits, (size_t)impl_->M * impl_->cfg.padded_vocab(), impl_->stream);

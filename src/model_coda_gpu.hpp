@@ -45,6 +45,9 @@ public:
     // into the updated weights (once per optimizer step, not per micro-batch). Both synchronize.
     double grad_norm();
     void apply_update(double lr, const TrainConfig& c);
+    // --phase-times, as GPT2GPU's.
+    void time_phases();
+    StepPhases phases() const;
 
     std::vector<float> logits() const;  // [B*T, Vp] of the last forward, until backward() replaces them
     const char* attention_backend() const;

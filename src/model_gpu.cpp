@@ -156,6 +156,7 @@ struct GPT2GPU::Impl {
         const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, V = cfg.vocab_size;
         const int Vp = cfg.padded_vocab(), BT = B * T;
         const size_t BTC = (size_t)BT * C;
+        if (backward_next) state->forward_begins();
         CUDA_CHECK(cudaMemcpyAsync(inputs, in_host, BT * sizeof(int), cudaMemcpyHostToDevice, stream));
         CUDA_CHECK(cudaMemcpyAsync(targets, tgt_host, BT * sizeof(int), cudaMemcpyHostToDevice, stream));
         if (backward_next) encoder_buckets_build(buckets, in_host, B, T, stream);
@@ -269,6 +270,8 @@ double GPT2GPU::update(double lr, const TrainConfig& c) {
 }
 double GPT2GPU::grad_norm() { return impl_->grad_norm(); }
 void GPT2GPU::apply_update(double lr, const TrainConfig& c) { impl_->apply_update(lr, c); }
+void GPT2GPU::time_phases() { impl_->state->time_phases(); }
+StepPhases GPT2GPU::phases() const { return impl_->state->phases(); }
 
 std::vector<float> GPT2GPU::logits() const {
     return download_bf16(impl_->logits, (size_t)impl_->B * impl_->T * impl_->cfg.padded_vocab(), impl_->stream);

@@ -11,6 +11,7 @@
 #include "config.hpp"
 #include "model_cpu.hpp"
 #include "sample.hpp"
+#include "step_phases.hpp"
 
 struct __nv_bfloat16;  // bf16 (cuda_bf16.h) and cudaStream_t, without CUDA headers
 struct CUstream_st;
@@ -63,6 +64,10 @@ public:
     // and runs AdamW (synchronizes). update() = grad_norm() then apply_update().
     double grad_norm();
     void apply_update(double lr, const TrainConfig& c);
+    // --phase-times: time every step from now on; the last step's phases after apply_update()
+    // (TrainableParams::time_phases, phases).
+    void time_phases();
+    StepPhases phases() const;
 
     std::vector<float> logits() const;  // [B*T, Vp] of the last forward, as floats (before dlogits)
     const char* attention_backend() const;

@@ -29,6 +29,7 @@
 #include "rendezvous.hpp"
 #include "results.hpp"
 #include "sample.hpp"
+#include "step_phases.hpp"
 
 namespace codagpt {
 namespace fs = std::filesystem;
@@ -176,11 +177,6 @@ std::string duration_text(double seconds) {
     return buf;
 }
 
-double median(std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-}
-
 }  // namespace
 
 int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
@@ -196,6 +192,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
 
     if (!opt.trace_kernels.empty() && !use_gpu(opt.device))
         throw Error("--trace-kernels lists GPU kernels: it needs a GPU run (--device cuda or auto with a GPU)");
+    if (opt.phase_times && !use_gpu(opt.device))
+        throw Error("--phase-times times CUDA streams: it needs a GPU run (--device cuda or auto with a GPU)");
     // ---- ranks: one process, or one of several started by the launcher, srun or mpirun. A rank of
     // a job, and the one worker of `--nproc-per-node 1` (the same path on one GPU), trains data
     // parallel over NCCL: it joins the rendezvous (which also tells a launcher that start-up went
@@ -260,6 +258,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // weights only from --init-from)
     std::unique_ptr<TrainBackend> model = make_backend(cfg, opt, dp);
     if (opt.wrap_backend) model = opt.wrap_backend(std::move(model));
+    if (opt.phase_times) model->time_phases();
     if (resume) {
         model->load_state(resume->state);
         resume->state = TrainState{};  // the host copy is no longer needed
@@ -348,6 +347,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     StopSignals signals;
     double train_seconds = 0, last_loss = 0, memory_mib = -1;
     std::vector<double> step_ms;
+    std::vector<StepPhases> phases;  // --phase-times: each updated step's
     int bad_in_a_row = 0;
     double avg_seconds = 0;  // for the live line
     for (int step = first_step; step < cfg.steps; step++) {
@@ -402,8 +402,13 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             if (step == std::min(cfg.steps - 1, first_step + 2)) memory_mib = model->device_memory_mib();
             const double tok_s = tokens_per_step / seconds;
             const double mfu = peak > 0 ? tok_s * flops_per_token / peak : 0;
-            record({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-                           {"ms", seconds * 1e3}, {"tok_s", tok_s}});
+            nlohmann::json line = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+                                   {"ms", seconds * 1e3}, {"tok_s", tok_s}};
+            if (opt.phase_times) {
+                phases.push_back(model->phases());  // its events are complete: apply_update synchronized
+                line["phase_ms"] = phases_json(phases.back(), dp != nullptr);
+            }
+            record(line);
             if (live) {
                 // Throughput and ETA from a moving average of step times: steadier than one step's.
                 avg_seconds = step_ms.size() == 1 ? seconds : 0.9 * avg_seconds + 0.1 * seconds;
@@ -464,6 +469,12 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
                 train_seconds, last_loss, val_loss, steps_run > 0 ? tokens_per_step * steps_run / train_seconds : 0.0);
     if (memory_mib >= 0) std::printf(" | device memory %.0f MiB", memory_mib);
     std::printf("\n");
+    // Steady state: the medians after the first two steps (allocation, caches, autotuning).
+    const size_t phase_skip = std::min<size_t>(2, phases.size() / 2);
+    const StepPhases phase_ms = median_phases(phases, phase_skip);
+    if (opt.phase_times && !phases.empty())
+        std::printf("phase medians over %zu steps (ms): %s\n", phases.size() - phase_skip,
+                    phases_text(phase_ms, dp != nullptr).c_str());
 
     if (!opt.bench_json.empty() && !step_ms.empty()) {
         // Steady state: the median step after the first few (allocation, caches, autotuning).
@@ -488,6 +499,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
                               {"train_loss", last_loss},
                               {"val_loss", val_loss},
                               {"steps", cfg.steps}};
+        if (opt.phase_times && !phases.empty()) rec["phase_ms"] = phases_json(phase_ms, dp != nullptr);
         stamp_record(rec, opt.command);
         append_record(opt.bench_json, rec);
         std::printf("benchmark record appended to %s\n", opt.bench_json.c_str());

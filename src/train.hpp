@@ -21,6 +21,9 @@ struct TrainOptions {
     std::string recompute = "none";  // none | gelu: recompute GELU outputs in backward (GPU memory)
     std::string fusion = "auto";     // GPU path: coda, unfused, or auto (coda on sm_80+ GPUs)
     std::string trace_kernels;       // write the kernels of one training step to this file; empty: none
+    // Time each step's phases with CUDA events (step_phases.hpp; GPU): print their medians over the
+    // steady steps at the end, add them to metrics.jsonl's step lines and to the bench_json record.
+    bool phase_times = false;
     bool quiet = false;           // only the summary lines (metrics still go to the JSONL file)
     std::string bench_json;       // append a benchmark record (bench/results format) to this file
     std::string command;          // the command line, for that record

@@ -11,6 +11,7 @@
 #include "gpt2_params.hpp"
 #include "interchange.hpp"
 #include "rng.hpp"
+#include "step_phases.hpp"
 #include "train.hpp"
 #include "train_fixture.hpp"
 
@@ -265,5 +266,60 @@ TEST_F(TrainRun, InitFromRefusesAnotherShapeJunkAndResume) {
     EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "junk.bin"));
     opt.resume = "latest";
     EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "--init-from and --resume exclude each other"));
+    EXPECT_FALSE(fs::exists(cfg.out_dir));
+}
+
+// --phase-times: the arithmetic of a step's phases from its event times, and the medians reported.
+TEST(StepPhases, ExposedReductionIsWhatEndsAfterBackward) {
+    // Three buckets reduced while backward runs until 10 ms; the last one ends at 12.5 ms.
+    StepMarks m{/*backward_end=*/10, /*optimizer_begin=*/12.5, /*optimizer_end=*/15, {{4, 5}, {6, 8}, {10, 12.5}}};
+    StepPhases p = step_phases(m);
+    EXPECT_EQ(p.fwd_bwd, 10);
+    EXPECT_EQ(p.reduce, 8.5);             // 4 -> 12.5
+    EXPECT_EQ(p.reduce_busy, 1 + 2 + 2.5);
+    EXPECT_EQ(p.exposed_reduce, 2.5);     // 12.5 - 10
+    EXPECT_EQ(p.optimizer, 2.5);
+    // Reductions all done before backward ends (in any order): nothing exposed.
+    m.reductions = {{7, 9.5}, {2, 3}};
+    p = step_phases(m);
+    EXPECT_EQ(p.reduce, 7.5);
+    EXPECT_EQ(p.reduce_busy, 3.5);
+    EXPECT_EQ(p.exposed_reduce, 0);
+    // One process: no reductions.
+    m.reductions.clear();
+    p = step_phases(m);
+    EXPECT_EQ(p.reduce, 0);
+    EXPECT_EQ(p.reduce_busy, 0);
+    EXPECT_EQ(p.exposed_reduce, 0);
+    EXPECT_EQ(p.fwd_bwd, 10);
+}
+
+TEST(StepPhases, MediansSkipTheFirstStepsAndReportJsonAndText) {
+    std::vector<StepPhases> steps;
+    for (double ms : {100.0, 50.0, 3.0, 1.0, 2.0, 4.0}) steps.push_back({ms, ms / 2, ms / 4, ms / 10, ms + 1});
+    const StepPhases med = median_phases(steps, 2);  // of 3, 1, 2, 4: the upper median, 3
+    EXPECT_EQ(med.fwd_bwd, 3);
+    EXPECT_EQ(med.reduce, 1.5);
+    EXPECT_EQ(med.reduce_busy, 0.75);
+    EXPECT_EQ(med.exposed_reduce, 0.3);
+    EXPECT_EQ(med.optimizer, 4);
+    EXPECT_EQ(median_phases(steps, 6).fwd_bwd, 0);  // no steady steps: zeros
+    EXPECT_EQ(median({5, 1, 3}), 3);
+
+    const nlohmann::json dp = phases_json(med, /*reduced=*/true);
+    EXPECT_EQ(dp, (nlohmann::json{{"fwd_bwd", 3.0}, {"reduce", 1.5}, {"reduce_busy", 0.75},
+                                  {"exposed_reduce", 0.3}, {"optimizer", 4.0}}));
+    EXPECT_EQ(phases_json(med, false), (nlohmann::json{{"fwd_bwd", 3.0}, {"optimizer", 4.0}}));
+    EXPECT_EQ(phases_text(med, true),
+              "fwd_bwd 3.00 | reduce 1.50 | reduce_busy 0.75 | exposed_reduce 0.30 | optimizer 4.00");
+    EXPECT_EQ(phases_text(med, false), "fwd_bwd 3.00 | optimizer 4.00");
+}
+
+TEST_F(TrainRun, PhaseTimesNeedAGpu) {
+    cfg.out_dir = (dir / "never").string();
+    TrainOptions opt;
+    opt.device = "cpu";
+    opt.phase_times = true;
+    EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "--phase-times"));
     EXPECT_FALSE(fs::exists(cfg.out_dir));
 }
