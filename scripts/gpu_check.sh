@@ -9,9 +9,10 @@
 #                                            fusion path, 350M and 1.5B (TRACE_MODELS):
 #                                            trace_{coda,unfused}_{350m,1.5b}.txt
 #   bash scripts/gpu_check.sh DIR parity     350M on TinyShakespeare, PARITY_STEPS (default 300) steps,
-#                                            same seed and data, both paths, each also with the same
-#                                            global batch as 2 x 8 accumulated micro-batches (a
-#                                            reduction-order control): parity_{coda,unfused}_{b16,accum2}.jsonl
+#                                            same seed and data, both paths, each also with 16
+#                                            sequences a step as 2 x 8 accumulated micro-batches (a
+#                                            control: other sampling and summation order):
+#                                            parity_{coda,unfused}_{b16,accum2}.jsonl
 #                                            (the runs' metrics) and parity.json (a parity record)
 #   bash scripts/gpu_check.sh DIR all        tests and bench
 # STEPS (default 30) sets the benchmark's steps; PEER_COMPILE="0 1" (default) which peer modes run.
@@ -76,8 +77,9 @@ if [[ $what == trace ]]; then
 fi
 
 if [[ $what == parity ]]; then
-  # Each path twice: B = 16, and the same global batch as 2 accumulated micro-batches of 8 (a
-  # control: how far a path moves under a change of reduction order alone).
+  # Each path twice: B = 16, and 16 sequences a step as 2 accumulated micro-batches of 8 (a
+  # control: the loader then draws other sequences, and the gradient sums in another order, so
+  # it shows how far one path's losses move under an equally valid change of the run).
   for fusion in unfused coda; do
     for run in b16 accum2; do
       extra=(); [[ $run == accum2 ]] && extra=(--batch_size 8 --grad_accum 2)
@@ -102,7 +104,7 @@ rec = {"kind": "parity", "gpu": gpu, "commit": os.environ.get("CODAGPT_COMMIT", 
        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
        "command": "bash scripts/gpu_check.sh DIR parity", "model": "gpt2-350m", "steps": steps,
        "val_loss_coda": c, "val_loss_unfused": u, "rel_diff": abs(c - u) / u,
-       "control": {"what": "the same global batch as 2 x 8 accumulated micro-batches",
+       "control": {"what": "16 sequences a step as 2 x 8 accumulated micro-batches (other sampling, other summation order)",
                    "val_loss_coda": c2, "val_loss_unfused": u2,
                    "rel_diff_unfused": abs(u2 - u) / u, "rel_diff_coda": abs(c2 - c) / c}}
 json.dump([rec], open(f"{out}/parity.json", "w"), indent=2)
