@@ -313,7 +313,10 @@ __device__ void select_set(S (&a)[N], int k, const S& v) {
 // its accumulators; smem: kSmemBytes of shared memory, free for other use again once every thread
 // has returned from run() (the next run() starts with a barrier); sync(): a barrier of exactly
 // these threads.
-template <class P, int FM, int FN, int ROW_STRIDE, int WARPS_M, int WARPS_N>
+// ZERO_ACC: a pass without a GEMM (K = 0; QkvGradient, CrossEntropyGradient, ResidualStats), one
+// tile a block: the accumulators are zero, nothing is staged and no chunk waits at a barrier, and
+// the shared memory holds the column states alone (a memory-bound pass wants many blocks an SM).
+template <class P, int FM, int FN, int ROW_STRIDE, int WARPS_M, int WARPS_N, bool ZERO_ACC = false>
 struct TileEpilogue {
     using Row = typename P::Row;
     using Col = typename P::Col;
@@ -327,7 +330,7 @@ struct TileEpilogue {
     static constexpr int kWarpChunks = FN * 8 / kChunkCols;
     static constexpr int kRowsPerPass = kThreads / 4, kPasses = kTileRows / kRowsPerPass;
     static_assert(FN * 8 % kChunkCols == 0 && kTileRows % kRowsPerPass == 0, "tile of whole chunks and passes");
-    static constexpr size_t kStageBytes = (size_t)kTileRows * kChunkCols * sizeof(float);
+    static constexpr size_t kStageBytes = ZERO_ACC ? 0 : (size_t)kTileRows * kChunkCols * sizeof(float);
     static constexpr size_t kSmemBytes = kStageBytes + (kCols ? (size_t)kWarps * kTileCols * sizeof(Col) : 0);
 
     template <class Sync>
@@ -338,20 +341,41 @@ struct TileEpilogue {
     }
 
   private:
-    // Where the staging buffer keeps column `col` (0..63) of tile row `row`, in floats from its start: 16-byte
-    // piece col / 4 of the row at piece (col / 4) ^ s(row).
+    // Where the staging buffer keeps column `col` (0..63) of tile row `row`, in floats from its
+    // start: 16-byte piece col / 4 of the row at piece (col / 4) ^ s(row).
     __device__ static int staged_at(int row, int col) {
         const int swizzle = 2 * (row & 3) + (row & 1);
         return row * kChunkCols + (((col >> 2) ^ swizzle) << 2) + (col & 3);
     }
 
+    // This warp's accumulators of chunk c (its chunk c - warp_n kWarpChunks, if it has one) into the
+    // staging buffer; frag_row0: the warp's first accumulator row in the tile. Inlined into the
+    // unrolled chunk loop, so the accumulator indices are compile-time constants.
+    __device__ __forceinline__ static void stage_chunk(const float (&acc)[FM][FN][4], int c, int warp_n, int frag_row0,
+                                                       uint32_t stage) {
+        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+        for (int lc = 0; lc < kWarpChunks; lc++) {
+            if (warp_n * kWarpChunks + lc != c) continue;
+#pragma unroll
+            for (int fm = 0; fm < FM; fm++)
+#pragma unroll
+                for (int f = 0; f < kChunkCols / 8; f++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int fn = lc * kChunkCols / 8 + f;
+                        const int row = frag_row0 + fm * ROW_STRIDE + 8 * h + g, col = f * 8 + 2 * t;
+                        ptx::st_shared_v2(stage + 4 * staged_at(row, col), acc[fm][fn][2 * h], acc[fm][fn][2 * h + 1]);
+                    }
+        }
+    }
+
     template <class Sync>
     __device__ static void staged(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_m, int warp_n,
                                   int tile_m, int tile_n, int n_tiles_n, int M, int N, void* smem, Sync sync) {
-        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+        const int lane = threadIdx.x % 32;
         const int warp = warp_m * WARPS_N + warp_n, T = warp * 32 + lane, q = T % 4, row0 = T / 4;
         const int tile_row0 = tile_m * kTileRows, tile_col0 = tile_n * kTileCols;
-        const int frag_row0 = warp_row0 - tile_row0;  // this warp's first accumulator row in the tile
         const uint32_t stage = ptx::smem_addr(smem);  // 32-bit shared addresses: fewer registers
         Col* col_smem = reinterpret_cast<Col*>(static_cast<char*>(smem) + kStageBytes);
         Row rows[kPasses] = {};
@@ -361,22 +385,11 @@ struct TileEpilogue {
         // run with the registers of half a tile's accumulators free.
 #pragma unroll
         for (int c = 0; c < kChunks; c++) {
-            sync();  // the previous chunk's (tile's) segments are read
-#pragma unroll
-            for (int lc = 0; lc < kWarpChunks; lc++) {
-                if (warp_n * kWarpChunks + lc != c) continue;
-#pragma unroll
-                for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-                    for (int f = 0; f < kChunkCols / 8; f++)
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const int fn = lc * kChunkCols / 8 + f;
-                            const int row = frag_row0 + fm * ROW_STRIDE + 8 * h + g, col = f * 8 + 2 * t;
-                            ptx::st_shared_v2(stage + 4 * staged_at(row, col), acc[fm][fn][2 * h], acc[fm][fn][2 * h + 1]);
-                        }
+            if constexpr (!ZERO_ACC) {
+                sync();  // the previous chunk's (tile's) segments are read
+                stage_chunk(acc, c, warp_n, warp_row0 - tile_row0, stage);
+                sync();
             }
-            sync();
 
 #pragma unroll 1
             for (int half = 0; half < kChunkCols / kHalfCols; half++) {
@@ -389,10 +402,12 @@ struct TileEpilogue {
                     const int row = row0 + pass * kRowsPerPass, i = tile_row0 + row;
                     if (i >= M || j0 >= N) break;  // and so are the later passes' rows
                     const int next_i = pass + 1 < kPasses && i + kRowsPerPass < M ? i + kRowsPerPass : -1;
-                    float v[8];
-                    const float4 lo = ptx::ld_shared_v4(stage + 4 * staged_at(row, col0));
-                    const float4 hi = ptx::ld_shared_v4(stage + 4 * staged_at(row, col0 + 4));
-                    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+                    float v[8] = {};
+                    if constexpr (!ZERO_ACC) {
+                        const float4 lo = ptx::ld_shared_v4(stage + 4 * staged_at(row, col0));
+                        const float4 hi = ptx::ld_shared_v4(stage + 4 * staged_at(row, col0 + 4));
+                        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+                    }
                     Row row_state = detail::select(rows, pass);
 #pragma unroll
                     for (int k = 0; k < 8; k++) {

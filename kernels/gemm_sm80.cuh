@@ -91,7 +91,7 @@ template <class P, bool A_KMAJOR, bool B_KMAJOR, bool kPass = false>
 __global__ void __launch_bounds__(kThreads) gemm_kernel(const P program, const GemmProblem prob) {
     using ATile = OperandTile<A_KMAJOR>;
     using BTile = OperandTile<B_KMAJOR>;
-    using Epilogue = TileEpilogue<P, kFM, kFN, 16, kWarpsM, kWarpsN>;
+    using Epilogue = TileEpilogue<P, kFM, kFN, 16, kWarpsM, kWarpsN, kPass>;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16* a_ring = reinterpret_cast<bf16*>(smem);
     bf16* b_ring = a_ring + kStages * ATile::kElems;
@@ -158,7 +158,7 @@ inline TileShape tile_shape(const GemmProblem&) { return TileShape{kBM, kBN, {4,
 
 template <class P, bool A_KMAJOR, bool B_KMAJOR, bool kPass = false>
 void launch(const P& program, const GemmProblem& prob, cudaStream_t stream) {
-    constexpr size_t epilogue = TileEpilogue<P, kFM, kFN, 16, kWarpsM, kWarpsN>::kSmemBytes;
+    constexpr size_t epilogue = TileEpilogue<P, kFM, kFN, 16, kWarpsM, kWarpsN, kPass>::kSmemBytes;
     constexpr size_t smem = kPass ? epilogue : std::max(kRingBytes<A_KMAJOR, B_KMAJOR>, epilogue);
     auto kernel = gemm_kernel<P, A_KMAJOR, B_KMAJOR, kPass>;
     // Per call rather than once: the attribute is per device, and the call costs about a microsecond.

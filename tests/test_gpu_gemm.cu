@@ -41,9 +41,11 @@ const char* name_of(Mainloop m) { return m == Mainloop::Sm80 ? "Sm80" : m == Mai
 double gpu_tol(int K) { return kFp32Bound + K / 16 * std::ldexp(1.0, -23); }
 
 // The checks' Runner on the GPU: host vectors are mirrored in device buffers for one run.
+// sm90_tile >= 0: GEMMs (K > 0) on that tile configuration of the Hopper mainloop (sm90::kTiles)
+// instead of the one the engine picks for the shape.
 class GpuRunner {
   public:
-    explicit GpuRunner(Mainloop m) : mainloop_(m) {}
+    explicit GpuRunner(Mainloop m, int sm90_tile = -1) : mainloop_(m), tile_(sm90_tile) {}
     ~GpuRunner() { release(); }
     GpuRunner(const GpuRunner&) = delete;
     GpuRunner& operator=(const GpuRunner&) = delete;
@@ -53,6 +55,10 @@ class GpuRunner {
     template <class T>
     const T* at(const std::vector<T>& v) { return static_cast<const T*>(mirror(v.data(), v.size() * sizeof(T), nullptr)); }
     TileShape shape(const HostGemm& g) const {
+        if (forced(g)) {
+            const sm90::Tile t = sm90::kTiles[tile_];
+            return TileShape{sm90::detail::tile_m(t), sm90::detail::tile_n(t), {4, 8}, {8, 1}};
+        }
         return gemm_tile_shape(GemmProblem{g.M, g.N, g.K, {nullptr, g.la}, {nullptr, g.lb}}, mainloop_);
     }
     double tol(int K) const { return gpu_tol(K); }
@@ -60,7 +66,8 @@ class GpuRunner {
     void run(const P& p, const HostGemm& g) {
         GemmProblem prob{g.M, g.N, g.K, {}, {}};
         if (g.K > 0) prob.a = {at(*g.a), g.la}, prob.b = {at(*g.b), g.lb};
-        gemm(p, prob, 0, mainloop_);
+        if (forced(g)) sm90::detail::gemm_with_tile(p, prob, sm90::kTiles[tile_], 0);
+        else gemm(p, prob, 0, mainloop_);
         CUDA_CHECK(cudaDeviceSynchronize());
         for (const Mirror& m : mirrors_)
             if (m.out) CUDA_CHECK(cudaMemcpy(m.out, m.dev, m.bytes, cudaMemcpyDeviceToHost));
@@ -90,16 +97,20 @@ class GpuRunner {
         for (const Mirror& m : mirrors_) cudaFree(m.dev);
         mirrors_.clear();
     }
+    bool forced(const HostGemm& g) const { return tile_ >= 0 && g.K > 0; }  // passes (K = 0) have no mainloop
     Mainloop mainloop_;
+    int tile_;
     std::vector<Mirror> mirrors_;
 };
 
 // ---------------------------------------------------------------- every program against fp64
 
-using ProgramCase = std::tuple<Case, Mainloop>;
+// (shape, mainloop, Hopper tile configuration or -1: the engine's pick)
+using ProgramCase = std::tuple<Case, Mainloop, int>;
 std::string case_name(const testing::TestParamInfo<ProgramCase>& info) {
-    const auto& [c, m] = info.param;
-    return std::string(name_of(m)) + "_M" + std::to_string(c.M) + "K" + std::to_string(c.K) + "N" + std::to_string(c.N);
+    const auto& [c, m, tile] = info.param;
+    return std::string(name_of(m)) + (tile >= 0 ? std::string("_") + sm90::tile_name(sm90::kTiles[tile]) : "") +
+           "_M" + std::to_string(c.M) + "K" + std::to_string(c.K) + "N" + std::to_string(c.N);
 }
 
 class GpuPrograms : public testing::TestWithParam<ProgramCase> {
@@ -107,7 +118,7 @@ class GpuPrograms : public testing::TestWithParam<ProgramCase> {
     void SetUp() override { REQUIRE_MAINLOOP(mainloop()); }
     Mainloop mainloop() const { return std::get<1>(GetParam()); }
     const Case& shape() const { return std::get<0>(GetParam()); }
-    GpuRunner run{mainloop()};
+    GpuRunner run{mainloop(), std::get<2>(GetParam())};
 };
 
 TEST_P(GpuPrograms, QkvForward) { check_qkv_forward(run, shape()); }
@@ -128,7 +139,13 @@ TEST_P(GpuPrograms, PlainStoreAndAccumulate) { check_plain(run, shape()); }
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuPrograms,
                          testing::Combine(testing::Values(Case{136, 72, 200}, Case{264, 1600, 1600}, Case{136, 6400, 200},
                                                           Case{136, 64, 50304}),
-                                          testing::Values(Mainloop::Sm80, Mainloop::Auto)),
+                                          testing::Values(Mainloop::Sm80, Mainloop::Auto), testing::Values(-1)),
+                         case_name);
+// Every program on each tile configuration of the Hopper mainloop, which the engine picks by
+// shape: their ring stages, epilogue warps (one consumer or two) and staging buffers differ.
+INSTANTIATE_TEST_SUITE_P(Tiles, GpuPrograms,
+                         testing::Combine(testing::Values(Case{136, 72, 200}, Case{264, 1600, 1600}),
+                                          testing::Values(Mainloop::Auto), testing::Range(0, sm90::kNumTiles)),
                          case_name);
 
 // ---------------------------------------------------------------- against the emulator, and determinism
