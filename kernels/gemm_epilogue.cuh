@@ -86,19 +86,6 @@ struct ElementCounters {
 };
 
 namespace detail {
-template <class T>
-struct Pair;
-template <>
-struct Pair<bf16> {
-    using type = __nv_bfloat162;
-    __device__ static type make(bf16 a, bf16 b) { return {a, b}; }
-};
-template <>
-struct Pair<float> {
-    using type = float2;
-    __device__ static type make(float a, float b) { return make_float2(a, b); }
-};
-
 __device__ inline float as_word(float x) { return x; }
 __device__ inline float as_word(int x) { return __int_as_float(x); }
 template <class T>
