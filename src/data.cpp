@@ -111,10 +111,12 @@ std::vector<std::string> glob_shards(const std::string& pattern) {
 }
 
 DataLoader::DataLoader(const std::string& pattern, int B, int T, int rank, int world, bool shuffle,
-                       uint64_t seed, int vocab_size)
-    : B_(B), T_(T), rank_(rank), world_(world), shuffle_(shuffle), seed_(seed), vocab_size_(vocab_size) {
-    if (B <= 0 || T <= 0)
-        throw Error("data loader: B and T must be positive (B=" + std::to_string(B) + ", T=" + std::to_string(T) + ")");
+                       uint64_t seed, int vocab_size, int micro_steps)
+    : B_(B), T_(T), rank_(rank), world_(world), micro_steps_(micro_steps), shuffle_(shuffle), seed_(seed),
+      vocab_size_(vocab_size) {
+    if (B <= 0 || T <= 0 || micro_steps <= 0)
+        throw Error("data loader: B, T and the micro-batches a step must be positive (B=" + std::to_string(B) +
+                    ", T=" + std::to_string(T) + ", micro-batches " + std::to_string(micro_steps) + ")");
     if (world <= 0 || rank < 0 || rank >= world)
         throw Error("data loader: rank " + std::to_string(rank) + " outside 0.." + std::to_string(world - 1));
     paths_ = glob_shards(pattern);
@@ -126,11 +128,13 @@ DataLoader::DataLoader(const std::string& pattern, int B, int T, int rank, int w
         total_tokens += n;
         for (uint64_t offset = 0; offset + stride + 1 <= n; offset += stride) windows_.push_back({uint32_t(s), offset});
     }
-    if (windows_.size() < size_t(world))
+    if (windows_.size() < size_t(world) * size_t(micro_steps))
         throw Error("data " + pattern + ": " + std::to_string(total_tokens) + " tokens in " +
                     std::to_string(paths_.size()) + " shard(s) give " + std::to_string(windows_.size()) +
                     " windows of B*T+1 tokens (B=" + std::to_string(B) + ", T=" + std::to_string(T) +
-                    "), fewer than the " + std::to_string(world) + " rank(s): need more data or smaller B or T");
+                    "), fewer than one step's " + std::to_string(world) + " rank(s)" +
+                    (micro_steps > 1 ? " x " + std::to_string(micro_steps) + " micro-batches" : "") +
+                    ": need more data or smaller B or T");
     buf_.resize(stride + 1);
     build_order();
 }
@@ -149,7 +153,7 @@ void DataLoader::build_order() {
 void DataLoader::set_state(State s) {
     if (s.next > windows_per_rank())
         throw Error("data loader state: next window " + std::to_string(s.next) + " is beyond this rank's " +
-                    std::to_string(windows_per_rank()) + " windows per epoch (saved with other data, B, T or ranks?)");
+                    std::to_string(windows_per_rank()) + " windows per epoch (saved with other data, B, T, ranks or grad_accum?)");
     state_ = s;
     build_order();
 }

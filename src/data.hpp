@@ -27,18 +27,27 @@ std::vector<std::string> glob_shards(const std::string& pattern);
 // B*T+1 consecutive tokens at stride B*T inside each shard (a window never crosses shards). Windows
 // are numbered over all shards in order. Each epoch visits them in one global order (identity, or
 // with shuffle a permutation drawn from (seed, epoch), identical on every rank); rank r of R takes
-// positions r, r+R, r+2R, ... of that order: disjoint shares. Every rank gets num_windows / R
-// windows per epoch (the last num_windows % R positions of the order are skipped that epoch) so
-// that ranks step in lockstep. After its share, a rank continues with the next epoch.
+// positions r, r+R, r+2R, ... of that order: disjoint shares, micro-batch m of optimizer step s
+// (A micro-batches a step, gradient accumulation) at position (s A + m) R + r. An epoch holds
+// whole optimizer steps: num_windows / (R A) of them, A windows each per rank (the last
+// num_windows % (R A) positions of the order are skipped that epoch), so that ranks step in
+// lockstep and every split of a step's windows over ranks and micro-batches wraps to the next
+// epoch at the same step: without shuffle, R ranks x A micro-batches of B sequences read the same
+// tokens each step as one rank with one batch of R A B (with shuffle the windows themselves depend
+// on B). After its share, a rank continues with the next epoch.
 // Tokens are read from the files per batch (shards can be larger than memory); headers and sizes
 // are checked up front, token ids as they are read.
 class DataLoader {
 public:
+    // micro_steps: A, the micro-batches a rank accumulates for one optimizer step.
     DataLoader(const std::string& pattern, int B, int T, int rank, int world, bool shuffle,
-               uint64_t seed, int vocab_size);
+               uint64_t seed, int vocab_size, int micro_steps = 1);
     void next_batch(int* inputs, int* targets);  // each B*T ints
     void reset();                                // back to epoch 0, first window
-    size_t windows_per_rank() const { return windows_.size() / size_t(world_); }
+    // Windows a rank reads per epoch: whole optimizer steps of micro_steps windows.
+    size_t windows_per_rank() const {
+        return windows_.size() / (size_t(world_) * size_t(micro_steps_)) * size_t(micro_steps_);
+    }
     size_t num_windows() const { return windows_.size(); }  // over all shards and ranks
     // Position, for checkpoints: epoch and index of the next window within this rank's order.
     struct State { uint64_t epoch = 0; uint64_t next = 0; };
@@ -49,7 +58,7 @@ public:
 
 private:
     void build_order();
-    int B_, T_, rank_, world_;
+    int B_, T_, rank_, world_, micro_steps_;
     bool shuffle_;
     uint64_t seed_;
     int vocab_size_;

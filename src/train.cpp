@@ -225,7 +225,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     if (!opt.init_from.empty()) init = load_init_weights(opt.init_from, mc);
 
     // ---- data: bad shards fail before any memory is taken
-    DataLoader train_data(cfg.train_data, B, T, dist.rank, ranks, cfg.shuffle, cfg.seed, mc.vocab_size);
+    DataLoader train_data(cfg.train_data, B, T, dist.rank, ranks, cfg.shuffle, cfg.seed, mc.vocab_size, cfg.grad_accum);
     DataLoader val_data(cfg.val_data, B, T, dist.rank, ranks, /*shuffle=*/false, cfg.seed, mc.vocab_size);
     if (resume) train_data.set_state(loader_state_for(*resume, ranks));
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);

@@ -266,12 +266,50 @@ TEST(DataLoader, StateResumesExactSequence) {
     EXPECT_TRUE(mentions(error_of([&] { c.set_state({0, 6}); }), "next window 6 is beyond this rank's 5"));
 }
 
+// A step's 4 sequences read as one batch of 4, as 2 accumulated micro-batches of 2, as 2 ranks of
+// 2, or as 2 ranks x 2 micro-batches of 1: the same tokens every step, across epoch boundaries
+// (57 tokens: 3 windows of 4 x 4 + 1; 7 windows of 2 x 4 + 1 and 14 of 1 x 4 + 1, whose last ones
+// no split may read, or it would wrap to the next epoch at another step).
+TEST(DataLoader, EverySplitOfAStepReadsTheSameTokens) {
+    TempDir dir;
+    write_shard(dir / "train_000000.bin", iota_tokens(57, 0));
+    const std::string pattern = dir / "train_*.bin";
+    const int T = 4;
+    DataLoader whole(pattern, 4, T, 0, 1, false, 0, kVocab);
+    ASSERT_EQ(whole.windows_per_rank(), 3u);
+    struct Split {
+        int ranks, micro_steps, B;
+    };
+    for (const Split split : {Split{1, 2, 2}, Split{2, 1, 2}, Split{2, 2, 1}}) {
+        whole.reset();
+        std::vector<DataLoader> ranks;
+        for (int r = 0; r < split.ranks; r++)
+            ranks.emplace_back(pattern, split.B, T, r, split.ranks, false, 0, kVocab, split.micro_steps);
+        EXPECT_EQ(ranks[0].windows_per_rank() / split.micro_steps, 3u) << "optimizer steps an epoch";
+        std::vector<int> in(4 * T), tg(4 * T), part_in(split.B * T), part_tg(split.B * T);
+        for (int step = 0; step < 8; step++) {  // 2 epochs and a bit
+            whole.next_batch(in.data(), tg.data());
+            std::vector<int> got_in, got_tg;
+            for (int m = 0; m < split.micro_steps; m++)  // window position (step A + m) R + r
+                for (DataLoader& rank : ranks) {
+                    rank.next_batch(part_in.data(), part_tg.data());
+                    got_in.insert(got_in.end(), part_in.begin(), part_in.end());
+                    got_tg.insert(got_tg.end(), part_tg.begin(), part_tg.end());
+                }
+            EXPECT_EQ(got_in, in) << split.ranks << " ranks x " << split.micro_steps << " micro-batches, step " << step;
+            EXPECT_EQ(got_tg, tg) << split.ranks << " ranks x " << split.micro_steps << " micro-batches, step " << step;
+        }
+    }
+}
+
 TEST(DataLoader, FewerWindowsThanRanks) {
     TempDir dir;
     write_shard(dir / "train_000000.bin", iota_tokens(30, 0));  // 3 windows of 2*4+1 tokens
     const std::string msg = error_of([&] { DataLoader(dir / "train_*.bin", 2, 4, 0, 4, false, 0, kVocab); });
     for (const char* part : {"30 tokens", "3 windows", "B=2", "T=4", "4 rank"}) EXPECT_TRUE(mentions(msg, part));
     EXPECT_NO_THROW(DataLoader(dir / "train_*.bin", 2, 4, 2, 3, false, 0, kVocab));
+    const std::string accumulated = error_of([&] { DataLoader(dir / "train_*.bin", 2, 4, 0, 2, false, 0, kVocab, 2); });
+    for (const char* part : {"3 windows", "2 rank(s) x 2 micro-batches"}) EXPECT_TRUE(mentions(accumulated, part));
     EXPECT_TRUE(mentions(error_of([&] { DataLoader(dir / "val_*.bin", 2, 4, 0, 1, false, 0, kVocab); }), "no files match"));
 }
 
