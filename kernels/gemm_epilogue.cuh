@@ -34,19 +34,20 @@
 //   epilogue (137 KB of SASS for GeluBackward at 128 accumulators a thread) outgrew the SM's
 //   instruction cache (bench/NOTES_gemm_sm90.md, v3).
 //   Measured on the H200 (bench_gemm): even the plain store runs faster this way (0.89x the time of
-//   storing bf16 pairs straight from the fragments), so every program takes this path.
+//   storing bf16 pairs straight from the fragments), so every program takes this path. Passes
+//   without a GEMM (ZERO_ACC) run the same segments and skip the staging: their accumulators are 0.
 //
-// Combine order (fixed; every combine is associative up to rounding, so other
-// orders differ only by rounding; the CPU emulator models it with TileShape's LaneSplits {4, 8} and
-// {8, 1}):
+// Combine order (fixed; every combine is associative up to rounding, so other orders differ only
+// by rounding; the CPU emulator models it with TileShape's LaneSplits {4, 8} and {8, 1}):
 //   Row: each thread accumulates its columns of a row in increasing order (chunk by chunk); the 4
 //     lanes sharing the row (T % 4) combine by xor-shuffle butterfly, lane T % 4 = 0 ending with
 //     ((q0 q1)(q2 q3)) and calling write_row once per row i < M.
-//   Col, per half chunk: each thread accumulates its rows of a column in increasing order (pass by pass);
-//     the 8 lanes of a warp sharing the columns (lane / 4 = 0..7) combine as ((b0 b1)(b2 b3))((b4 b5)
-//     (b6 b7)), by a butterfly that halves the columns a lane keeps at each step (xor 4: four
-//     columns, xor 8: two, xor 16: one), and park the result in shared memory; after the last chunk
-//     one thread per column combines the warps in warp order and calls write_col once per column j < N.
+//   Col, per half chunk: each thread accumulates its rows of a column in increasing order (pass
+//     by pass); the 8 lanes of a warp sharing the columns (lane / 4 = 0..7) combine as
+//     ((b0 b1)(b2 b3))((b4 b5)(b6 b7)), by a butterfly that halves the columns a lane keeps at each
+//     step (xor 4: four columns, xor 8: two, xor 16: one), and park the result in shared memory;
+//     after the last chunk one thread per column combines the warps in warp order and calls
+//     write_col once per column j < N.
 // Partials land in slot (i, tile_n) of [M, n_tiles_n] and (tile_m, j) of [n_tiles_m, N], as
 // RowPartials / ColPartials lay them out. No atomics: results are bit-for-bit deterministic.
 #pragma once
