@@ -19,7 +19,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -183,7 +182,6 @@ struct Variant {
     const char* what;
     int C;
     BackwardKernelInfo info;
-    int min_blocks;
     bool api = false;  // through layernorm_backward (the library's own plan)
 };
 
@@ -191,18 +189,25 @@ struct Variant {
 template <int C, class Cfg>
 Variant make(const char* name, const char* what) {
     constexpr int V = (C + 32 * Cfg::E - 1) / (32 * Cfg::E);
-    return {name, what, C, {layernorm_backward_kernel<V, true, Cfg>, Cfg::warps}, Cfg::min_blocks};
+    return {name, what, C, backward_kernel<V, true, Cfg>()};
+}
+
+// The shipped configuration at C (what it is), the same through layernorm_backward(), and the kernel
+// before BwdConfig with its warp count.
+template <int C>
+void push_shipped(std::vector<Variant>& v, const char* what, int orig_warps) {
+    constexpr int V = (C + 255) / 256;  // 16-byte packs a lane
+    v.push_back(make<C, DefaultBwdConfig<V>>("cur", what));
+    Variant api = make<C, DefaultBwdConfig<V>>("api", "layernorm_backward() itself");
+    api.api = true;
+    v.push_back(api);
+    v.push_back({"orig", "the kernel before BwdConfig (HEAD)", C, {orig::layernorm_backward_kernel<V, true>, orig_warps}});
 }
 
 std::vector<Variant> variants() {
     // BwdConfig<warps, min blocks/SM, dinp batch, rows per warp, pack bytes, weight in regs, cache bits>
     std::vector<Variant> v;
-    Variant api = make<1600, DefaultBwdConfig<7>>("api", "layernorm_backward() itself");
-    api.api = true;
-    v.push_back(make<1600, DefaultBwdConfig<7>>("cur", "shipped: 12 warps, dinp batch 4, 16B packs"));
-    v.push_back(api);
-    v.push_back({"orig", "the kernel before BwdConfig (HEAD)", 1600, {orig::layernorm_backward_kernel<7, true>, 12},
-                 1});
+    push_shipped<1600>(v, "shipped: 12 warps, dinp batch 4, 16B packs", 12);
     v.push_back(make<1600, BwdConfig<8>>("w8", "8 warps (reg cap 255)"));
     v.push_back(make<1600, BwdConfig<10>>("w10", "10 warps"));
     v.push_back(make<1600, BwdConfig<12, 1, 7>>("w12b7", "dinp batch 7 (whole row)"));
@@ -225,12 +230,7 @@ std::vector<Variant> variants() {
     v.push_back(make<1600, BwdConfig<8, 1, 4, 2, 16, false, 25>>("r2w8pf", "r2w8b4 + pf_both"));
     v.push_back(make<1600, BwdConfig<16, 1, 4, 1, 8, false, 25>>("p8w16pf", "p8w16 + pf_both"));
 
-    Variant api1024 = make<1024, DefaultBwdConfig<4>>("api", "layernorm_backward() itself");
-    api1024.api = true;
-    v.push_back(make<1024, DefaultBwdConfig<4>>("cur", "shipped: 16 warps, dinp batch 4"));
-    v.push_back(api1024);
-    v.push_back({"orig", "the kernel before BwdConfig (HEAD)", 1024, {orig::layernorm_backward_kernel<4, true>, 16},
-                 1});
+    push_shipped<1024>(v, "shipped: 16 warps, dinp batch 4", 16);
     v.push_back(make<1024, BwdConfig<16, 1, 4, 1, 16, true>>("wreg", "weight packs in registers"));
     v.push_back(make<1024, BwdConfig<16, 1, 4, 1, 16, false, 7>>("cs_dinp", "dinp load+store streaming"));
     v.push_back(make<1024, BwdConfig<8, 1, 4, 2>>("r2w8b4", "2 rows a warp, 8 warps, batch 4"));

@@ -50,7 +50,7 @@ struct Head {
 };
 
 // ---------------------------------------------------------------- PTX wrappers
-using ptx::cp_async16, ptx::cp_async_commit, ptx::cp_async_wait, ptx::ldmatrix_x4, ptx::mma_bf16, ptx::smem_addr;
+using ptx::cp_async16, ptx::cp_async_commit, ptx::cp_async_wait, ptx::ldmatrix_x4, ptx::mma_bf16;
 
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

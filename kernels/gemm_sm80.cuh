@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const P program, const G
 }
 
 // ---------------------------------------------------------------- host side
-inline TileShape tile_shape(const GemmProblem&) { return TileShape{kBM, kBN, {4, 8}, {8, 1}}; }
+inline TileShape tile_shape(const GemmProblem&) { return TileShape{kBM, kBN}; }  // the default lane split
 
 template <class P, bool A_KMAJOR, bool B_KMAJOR, bool kPass = false>
 void launch(const P& program, const GemmProblem& prob, cudaStream_t stream) {

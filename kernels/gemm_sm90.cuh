@@ -504,6 +504,13 @@ inline void check_operand(const char* name, const DeviceOperand& op, long rows, 
 
 inline int tile_m(Tile t) { return t == Tile::k256x128 ? 256 : 128; }
 inline int tile_n(Tile t) { return t == Tile::k128x256 ? 256 : 128; }
+// Its tile and the epilogue's lane split (TileShape's defaults: gemm_epilogue.cuh's segments).
+inline TileShape tile_shape_of(Tile t) {
+    TileShape s;
+    s.bm = tile_m(t);
+    s.bn = tile_n(t);
+    return s;
+}
 
 inline Tile choose_tile(const GemmProblem& prob, int sms) {
     // Estimated time ~ (tiles per CTA) * tile area * cost per element of the configuration.
@@ -588,17 +595,9 @@ inline bool available() {
     return d.sm90a;
 }
 
-// The tile shape and lane split gemm() uses for `prob` (callers size partials buffers from it):
-// 4 threads share a row (each 8 adjacent columns of a 32-column half chunk, gemm_epilogue.cuh),
-// 8 lanes of a warp share a column.
+// The tile shape and lane split gemm() uses for `prob` (callers size partials buffers from it).
 inline TileShape tile_shape(const GemmProblem& prob) {
-    const Tile t = detail::choose_tile(prob, detail::device_info().sms);
-    TileShape s;
-    s.bm = detail::tile_m(t);
-    s.bn = detail::tile_n(t);
-    s.rows = {4, 8};
-    s.cols = {8, 1};
-    return s;
+    return detail::tile_shape_of(detail::choose_tile(prob, detail::device_info().sms));
 }
 
 template <class P>

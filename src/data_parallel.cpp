@@ -74,8 +74,9 @@ public:
         // complete: abort them rather than wait, and before cudaFree, which waits for the device.
         if (comm_) std::uncaught_exceptions() > 0 ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
         if (values_) cudaFree(values_);
-        for (cudaEvent_t e : bucket_events_)
-            if (e) cudaEventDestroy(e);
+        for (auto [start, end] : bucket_events_)
+            for (cudaEvent_t e : {start, end})
+                if (e) cudaEventDestroy(e);
         if (done_) cudaEventDestroy(done_);
         if (ready_) cudaEventDestroy(ready_);
         if (side_) cudaStreamDestroy(side_);
@@ -151,15 +152,14 @@ public:
 
     void time_reductions() override {
         if (!bucket_events_.empty()) return;
-        bucket_events_.assign(2 * buckets_.size(), nullptr);
-        for (cudaEvent_t& e : bucket_events_) CUDA_CHECK(cudaEventCreate(&e));
+        bucket_events_.assign(buckets_.size(), {nullptr, nullptr});
+        for (auto& [start, end] : bucket_events_) {
+            CUDA_CHECK(cudaEventCreate(&start));
+            CUDA_CHECK(cudaEventCreate(&end));
+        }
     }
 
-    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> reduction_events() const override {
-        std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events;
-        for (size_t i = 0; i < bucket_events_.size(); i += 2) events.push_back({bucket_events_[i], bucket_events_[i + 1]});
-        return events;
-    }
+    const std::vector<std::pair<cudaEvent_t, cudaEvent_t>>& reduction_events() const override { return bucket_events_; }
 
 private:
     static constexpr size_t kMaxValues = 16;
@@ -174,14 +174,14 @@ private:
         CUDA_CHECK(cudaEventRecord(ready_, stream));
         CUDA_CHECK(cudaStreamWaitEvent(side_, ready_, 0));
         const bool timed = !bucket_events_.empty();
-        if (timed) CUDA_CHECK(cudaEventRecord(bucket_events_[2 * i], side_));
+        if (timed) CUDA_CHECK(cudaEventRecord(bucket_events_[i].first, side_));
         NCCL_CHECK(ncclGroupStart(), comm_);
         for (const GradPiece& p : buckets_[i].pieces)
             NCCL_CHECK(ncclReduce(grads + p.begin, grads + p.begin, p.end - p.begin, ncclFloat32, ncclAvg, p.owner,
                                   comm_, side_),
                        comm_);
         NCCL_CHECK(ncclGroupEnd(), comm_);
-        if (timed) CUDA_CHECK(cudaEventRecord(bucket_events_[2 * i + 1], side_));
+        if (timed) CUDA_CHECK(cudaEventRecord(bucket_events_[i].second, side_));
     }
 
     // Waits for the side stream (every step does, for the loss), watching NCCL's asynchronous errors
@@ -223,7 +223,7 @@ private:
     cudaStream_t side_ = nullptr;
     cudaEvent_t ready_ = nullptr, done_ = nullptr;
     double* values_ = nullptr;  // all_gather's device buffer, kMaxValues per rank
-    std::vector<cudaEvent_t> bucket_events_;  // time_reductions(): bucket i's start and end at 2i, 2i+1
+    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> bucket_events_;  // time_reductions(): bucket i's start, end
 };
 
 }  // namespace

@@ -79,7 +79,7 @@ public:
     virtual void time_reductions() = 0;
     // The (start, end) events of each bucket's last reduction on the side stream; empty unless
     // time_reductions() was called.
-    virtual std::vector<std::pair<CUevent_st*, CUevent_st*>> reduction_events() const = 0;
+    virtual const std::vector<std::pair<CUevent_st*, CUevent_st*>>& reduction_events() const = 0;
 
 protected:
     DataParallel(int rank, ZeroPlan plan) : rank_(rank), plan_(std::move(plan)) {}

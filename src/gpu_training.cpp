@@ -88,7 +88,7 @@ TrainableParams::~TrainableParams() {
 
 OptimizerBuffers TrainableParams::buffers() const {
     const size_t own = full_master_ ? plan_.shards[rank_].padded_begin : 0;  // the shard's place in master_
-    return {&plan_.layout, &plan_.shards[rank_], master_ + own, params_, grads_, m_, v_, scalars_, norm_scratch_};
+    return {&plan_.shards[rank_], master_ + own, params_, grads_, m_, v_, scalars_, norm_scratch_};
 }
 
 void TrainableParams::set_params(const std::vector<float>& params) {
@@ -104,10 +104,9 @@ void TrainableParams::set_params(const std::vector<float>& params) {
 }
 
 std::vector<float> TrainableParams::gather(const float* shard_buf) const {
-    std::vector<float> full(plan_.n);
+    std::vector<float> full(dp_ && rank_ != 0 ? 0 : plan_.n);  // other ranks only send
     if (dp_) {
         dp_->gather_to_root(full.data(), shard_buf, stream_);
-        if (rank_ != 0) return {};
     } else {
         CUDA_CHECK(cudaStreamSynchronize(stream_));
         CUDA_CHECK(cudaMemcpy(full.data(), shard_buf, plan_.n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -139,13 +138,8 @@ std::vector<float> TrainableParams::local_grads() const {
 }
 
 void TrainableParams::zero_grad() {
+    mark(kStepBegin);  // a step's first work on the stream
     CUDA_CHECK(cudaMemsetAsync(grads_, 0, plan_.n * sizeof(float), stream_));
-    step_begun_ = false;
-}
-
-void TrainableParams::forward_begins() {
-    if (!step_begun_) mark(kStepBegin);
-    step_begun_ = true;
 }
 
 void TrainableParams::layer_grads_done(int layer) {

@@ -48,7 +48,6 @@ std::vector<float> download_bf16(const bf16* src, size_t n, cudaStream_t stream)
 // rank's shard, or the whole model as the one shard of one rank). scalars: 3 floats (norm^2, norm,
 // clip scale); norm_scratch: global_norm_scratch_floats() floats.
 struct OptimizerBuffers {
-    const std::vector<ParamInfo>* layout = nullptr;
     const RankShard* shard = nullptr;
     float* master = nullptr;  // fp32 weights of record
     bf16* params = nullptr;   // their bf16 copies, which the kernels read
@@ -102,10 +101,7 @@ public:
     // over the ranks once grad_norm() has run.
     std::vector<float> local_grads() const;
 
-    void zero_grad();
-    // A forward that a backward will follow begins (the models call it first thing): the first one
-    // after zero_grad starts the step's timing.
-    void forward_begins();
+    void zero_grad();  // a step begins (its timing too)
     // Backward's report that `layer`'s gradients are complete (-1: wte, wpe, LN_f): with several
     // ranks, on the last micro-step, their reduction starts on the side stream.
     void layer_grads_done(int layer);
@@ -134,11 +130,10 @@ private:
     float *grads_ = nullptr, *master_ = nullptr, *m_ = nullptr, *v_ = nullptr;
     float *scalars_ = nullptr, *norm_scratch_ = nullptr, *norm_partials_ = nullptr;
     int step_ = 0;  // optimizer steps taken (AdamW bias correction)
-    // time_phases(): events on the stream where the step's first forward begins, its last backward
+    // time_phases(): events on the stream where the step begins (zero_grad), its last backward
     // ends, and the optimizer begins (gradients reduced) and ends (weights gathered); else empty.
     enum { kStepBegin, kBackwardEnd, kOptimizerBegin, kOptimizerEnd, kPhaseEvents };
     std::vector<cudaEvent_t> phase_events_;
-    bool step_begun_ = false;
     void mark(int event);
 };
 

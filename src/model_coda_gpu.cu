@@ -45,7 +45,6 @@ struct Fold {
 struct GPT2CodaGPU::Impl {
     ModelConfig cfg;
     int B, T, M;  // M = B*T tokens
-    std::vector<ParamInfo> layout;
     size_t n_params = 0;
     DeviceBuffers mem;  // declared before every pointer into it
     Attention attention;
@@ -82,12 +81,12 @@ struct GPT2CodaGPU::Impl {
     float grad_scale = 1.f;
 
     Impl(const ModelConfig& c, int B_, int T_, bool prefer_cudnn, std::shared_ptr<DataParallel> dp)
-        : cfg(c), B(B_), T(T_), M(B_ * T_), layout(param_layout(c)), attention(prefer_cudnn) {
+        : cfg(c), B(B_), T(T_), M(B_ * T_), attention(prefer_cudnn) {
         if (B < 1 || T < 1 || T > c.max_seq_len || M % 8 != 0)
             throw Error("fused GPU model: needs 1 <= seq_len <= max_seq_len and batch_size * seq_len a multiple of 8, got " +
                         std::to_string(B) + " x " + std::to_string(T));
         CUDA_CHECK(cudaStreamCreate(&stream));
-        for (const ParamInfo& t : layout) n_params += t.size;
+        for (const ParamInfo& t : param_layout(c)) n_params += t.size;
         const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab(), MC = (size_t)M * C;
         const size_t tiles_m = n_tiles(M, kMinTile), tiles_c = n_tiles((int)C, kMinTile), tiles_v = n_tiles((int)Vp, kMinTile);
 
@@ -243,7 +242,6 @@ struct GPT2CodaGPU::Impl {
         const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, V = cfg.vocab_size;
         const int Vp = cfg.padded_vocab(), C3 = 3 * C, C4 = 4 * C;
         const size_t MC = (size_t)M * C;
-        if (backward_next) state->forward_begins();
         CUDA_CHECK(cudaMemcpyAsync(inputs, in_host, M * sizeof(int), cudaMemcpyHostToDevice, stream));
         CUDA_CHECK(cudaMemcpyAsync(targets, tgt_host, M * sizeof(int), cudaMemcpyHostToDevice, stream));
         if (backward_next) encoder_buckets_build(buckets, in_host, B, T, stream);

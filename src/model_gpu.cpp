@@ -23,7 +23,6 @@ struct GPT2GPU::Impl {
     ModelConfig cfg;
     GPUModelOptions opt;
     int B, T;
-    std::vector<ParamInfo> layout;
     size_t n_params = 0;
 
     Matmul matmul;
@@ -86,9 +85,9 @@ struct GPT2GPU::Impl {
     }
 
     Impl(const ModelConfig& c, int B_, int T_, const GPUModelOptions& o)
-        : cfg(c), opt(o), B(B_), T(T_), layout(param_layout(c)), attention(o.prefer_cudnn) {
+        : cfg(c), opt(o), B(B_), T(T_), attention(o.prefer_cudnn) {
         CUDA_CHECK(cudaStreamCreate(&stream));
-        for (const ParamInfo& t : layout) n_params += t.size;
+        for (const ParamInfo& t : param_layout(c)) n_params += t.size;
         const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab();
         const size_t BT = (size_t)B * T, BTC = BT * C;
         // Bytes of the allocations below: per parameter (bf16 weights, fp32 master, gradients, m, v)
@@ -156,7 +155,6 @@ struct GPT2GPU::Impl {
         const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, V = cfg.vocab_size;
         const int Vp = cfg.padded_vocab(), BT = B * T;
         const size_t BTC = (size_t)BT * C;
-        if (backward_next) state->forward_begins();
         CUDA_CHECK(cudaMemcpyAsync(inputs, in_host, BT * sizeof(int), cudaMemcpyHostToDevice, stream));
         CUDA_CHECK(cudaMemcpyAsync(targets, tgt_host, BT * sizeof(int), cudaMemcpyHostToDevice, stream));
         if (backward_next) encoder_buckets_build(buckets, in_host, B, T, stream);

@@ -13,7 +13,7 @@
 
 namespace codagpt {
 
-// One optimizer step's events, in ms after its first forward began (compute stream).
+// One optimizer step's events, in ms after it began (gradients zeroed; compute stream).
 struct StepMarks {
     double backward_end = 0;     // the step's last backward has finished
     double optimizer_begin = 0;  // the reduced gradients are there: the gradient norm begins
@@ -24,7 +24,7 @@ struct StepMarks {
 
 // The phases of a step, in ms.
 struct StepPhases {
-    double fwd_bwd = 0;         // first forward begins -> last backward ends
+    double fwd_bwd = 0;         // step begins (gradients zeroed) -> last backward ends
     double reduce = 0;          // first reduction starts -> last reduction ends (side stream)
     double reduce_busy = 0;     // the sum of the buckets' reduction times
     double exposed_reduce = 0;  // last reduction ends - backward ends, at least 0: communication not hidden

@@ -469,12 +469,13 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
                 train_seconds, last_loss, val_loss, steps_run > 0 ? tokens_per_step * steps_run / train_seconds : 0.0);
     if (memory_mib >= 0) std::printf(" | device memory %.0f MiB", memory_mib);
     std::printf("\n");
-    // Steady state: the medians after the first two steps (allocation, caches, autotuning).
-    const size_t phase_skip = std::min<size_t>(2, phases.size() / 2);
-    const StepPhases phase_ms = median_phases(phases, phase_skip);
-    if (opt.phase_times && !phases.empty())
-        std::printf("phase medians over %zu steps (ms): %s\n", phases.size() - phase_skip,
-                    phases_text(phase_ms, dp != nullptr).c_str());
+    nlohmann::json phase_json;  // --phase-times: steady-state medians, after the first two steps
+    if (!phases.empty()) {
+        const size_t skip = std::min<size_t>(2, phases.size() / 2);
+        const StepPhases ms = median_phases(phases, skip);
+        std::printf("phase medians over %zu steps (ms): %s\n", phases.size() - skip, phases_text(ms, dp != nullptr).c_str());
+        phase_json = phases_json(ms, dp != nullptr);
+    }
 
     if (!opt.bench_json.empty() && !step_ms.empty()) {
         // Steady state: the median step after the first few (allocation, caches, autotuning).
@@ -499,7 +500,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
                               {"train_loss", last_loss},
                               {"val_loss", val_loss},
                               {"steps", cfg.steps}};
-        if (opt.phase_times && !phases.empty()) rec["phase_ms"] = phases_json(phase_ms, dp != nullptr);
+        if (!phase_json.is_null()) rec["phase_ms"] = phase_json;
         stamp_record(rec, opt.command);
         append_record(opt.bench_json, rec);
         std::printf("benchmark record appended to %s\n", opt.bench_json.c_str());

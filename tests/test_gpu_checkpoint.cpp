@@ -3,7 +3,6 @@
 // masters exactly as AdamW rounds them), at the backend level and for whole runs.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>

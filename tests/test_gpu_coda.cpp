@@ -15,7 +15,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <set>
 #include <string>
 

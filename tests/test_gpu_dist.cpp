@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -19,7 +18,6 @@
 #include "gpu_test_util.hpp"
 #include "gpu_training.hpp"
 #include "optim_cpu.hpp"
-#include "rng.hpp"
 #include "train_fixture.hpp"
 #include "zero_shard.hpp"
 
@@ -163,7 +161,7 @@ TEST(ZeroOnOneGPU, ShardedStepEqualsUnshardedForSeveralRankCounts) {
     ref_master.upload(master);
     ref_m.upload(m);
     ref_v.upload(v);
-    const OptimizerBuffers ref{&layout, &one.shards[0], ref_master, ref_params, g, ref_m, ref_v, scalars, scratch};
+    const OptimizerBuffers ref{&one.shards[0], ref_master, ref_params, g, ref_m, ref_v, scalars, scratch};
     device_shard_norm_squared(ref, scalars, 0);
     float norm_sq = 0;
     CUDA_CHECK(cudaMemcpy(&norm_sq, scalars, sizeof(float), cudaMemcpyDeviceToHost));
@@ -190,7 +188,7 @@ TEST(ZeroOnOneGPU, ShardedStepEqualsUnshardedForSeveralRankCounts) {
             mr.upload(shards[r].master);
             m1.upload(shards[r].m);
             v1.upload(shards[r].v);
-            const OptimizerBuffers b{&layout, &plan.shards[r], mr, params, grad, m1, v1, scalars, scratch};
+            const OptimizerBuffers b{&plan.shards[r], mr, params, grad, m1, v1, scalars, scratch};
             device_shard_norm_squared(b, partials + r, 0);
             CUDA_CHECK(cudaMemcpy(scalars, &norm_sq, sizeof(float), cudaMemcpyHostToDevice));
             device_adamw_step(b, t, lr, c, 0);

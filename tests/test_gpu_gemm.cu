@@ -55,10 +55,7 @@ class GpuRunner {
     template <class T>
     const T* at(const std::vector<T>& v) { return static_cast<const T*>(mirror(v.data(), v.size() * sizeof(T), nullptr)); }
     TileShape shape(const HostGemm& g) const {
-        if (forced(g)) {
-            const sm90::Tile t = sm90::kTiles[tile_];
-            return TileShape{sm90::detail::tile_m(t), sm90::detail::tile_n(t), {4, 8}, {8, 1}};
-        }
+        if (forced(g)) return sm90::detail::tile_shape_of(sm90::kTiles[tile_]);
         return gemm_tile_shape(GemmProblem{g.M, g.N, g.K, {nullptr, g.la}, {nullptr, g.lb}}, mainloop_);
     }
     double tol(int K) const { return gpu_tol(K); }
