@@ -17,22 +17,6 @@
 using namespace codagpt;
 using namespace codagpt::test;
 
-namespace {
-
-// Sets CODAGPT_RANK / CODAGPT_WORLD_SIZE for the life of the object (a rank of a launched job).
-struct RankEnv {
-    RankEnv(int rank, int world) {
-        setenv("CODAGPT_RANK", std::to_string(rank).c_str(), 1);
-        setenv("CODAGPT_WORLD_SIZE", std::to_string(world).c_str(), 1);
-    }
-    ~RankEnv() {
-        unsetenv("CODAGPT_RANK");
-        unsetenv("CODAGPT_WORLD_SIZE");
-    }
-};
-
-}  // namespace
-
 TEST(DataParallelResume, LoaderPositionIsSharedOutAgain) {
     Checkpoint ck;
     ck.train_loader = {3, 10};
@@ -64,7 +48,7 @@ TEST(DataParallelResume, CheckpointKeepsTheRankCount) {
 
 TEST(DataParallelRefusals, SeveralRanksOnTheCpuAreRefused) {
     SyntheticRun synth("test-dp-cpu", ModelConfig{1, 2, 16, 16, 64}, 2, 8, 4000, 1000);
-    RankEnv env(1, 2);
+    const ScopedEnv rank("CODAGPT_RANK", "1"), world("CODAGPT_WORLD_SIZE", "2");  // a rank of a launched job
     TrainOptions opt;
     opt.device = "cpu";
     opt.quiet = true;

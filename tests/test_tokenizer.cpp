@@ -17,9 +17,11 @@
 #include <vector>
 
 #include "common.hpp"
+#include "test_util.hpp"
 #include "tokenizer.hpp"
 
 using codagpt::Tokenizer;
+using codagpt::test::ScopedEnv;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -92,22 +94,6 @@ std::string case_text(const json& c) {
 }
 
 // An environment variable set for one scope.
-class ScopedEnv {
-public:
-    ScopedEnv(const char* name, const std::string& value) : name_(name) {
-        if (const char* old = std::getenv(name)) old_ = old;
-        setenv(name, value.c_str(), 1);
-    }
-    ~ScopedEnv() {
-        if (old_) setenv(name_, old_->c_str(), 1);
-        else unsetenv(name_);
-    }
-
-private:
-    const char* name_;
-    std::optional<std::string> old_;
-};
-
 fs::path make_temp_dir() {
     std::string pattern = (fs::temp_directory_path() / "codagpt_tok_XXXXXX").string();
     if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
