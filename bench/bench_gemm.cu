@@ -436,12 +436,12 @@ struct Bench {
         // dW through the fc fold: x^T[C, T] dz^[T, 4C] into the fp32 gradient.
         fused({"1.5b", "fc dW", C, 4 * C, T, true, false, true}, "LnBackwardW",
               [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
-                  LnBackwardW l;
+                  LnBackwardW<bf16> l;
                   l.gamma = {vec(b, p.M, 61, 0.1f, 1.f)};
                   l.beta = {vec(b, p.M, 62)};
                   l.v = {vec(b, p.N, 63)};
                   l.db = {vec(b, p.N, 64)};
-                  l.w = {vec(b, (long)p.M * p.N, 65), Layout{p.N, false}};
+                  l.w = {act(b, (long)p.M * p.N, 65), Layout{p.N, false}};
                   l.dw = {vec(b, (long)p.M * p.N, 66), Layout{p.N, false}};
                   const long tn = n_tiles(p.N, ts.bn);
                   l.dgamma = {b.get<float>(p.M * tn)};

@@ -1,4 +1,6 @@
 #include "coda_kernels.cuh"
+
+#include <algorithm>
 #include "coda_programs.cuh"
 
 namespace codagpt {
@@ -11,8 +13,8 @@ constexpr int kThreads = 256;
 // Row-major W [K, N]: thread (tx, ty) sums column j = 32 * blockIdx.x + tx over k = ty, ty + 8, ...
 // (a warp reads 32 consecutive floats per k); the 8 slices are added in slice order.
 __global__ void __launch_bounds__(kFoldCols* kFoldSplit)
-    fold_layernorm_rows_kernel(bf16* w_folded, float* c, float* b_folded, const float* w, const float* gamma, const float* beta,
-                     const float* b, int K, int N) {
+    fold_layernorm_rows_kernel(bf16* w_folded, float* c, float* b_folded, const bf16* w, const float* gamma,
+                               const float* beta, const float* b, int K, int N) {
     __shared__ float s_c[kFoldSplit][kFoldCols], s_b[kFoldSplit][kFoldCols];
     const int tx = threadIdx.x % kFoldCols, ty = threadIdx.x / kFoldCols, layer = blockIdx.y;
     const int j = blockIdx.x * kFoldCols + tx;
@@ -21,7 +23,7 @@ __global__ void __launch_bounds__(kFoldCols* kFoldSplit)
     float sum_c = 0.f, sum_b = 0.f;
     if (j < N)
         for (int k = ty; k < K; k += kFoldSplit) {
-            const float w_kj = w[wofs + (long)k * N + j];
+            const float w_kj = __bfloat162float(w[wofs + (long)k * N + j]);
             const bf16 folded = __float2bfloat16(gamma[k] * w_kj);
             w_folded[wofs + (long)k * N + j] = folded;
             sum_c += __bfloat162float(folded);  // c from the bf16 W~ the GEMM multiplies by
@@ -40,8 +42,8 @@ __global__ void __launch_bounds__(kFoldCols* kFoldSplit)
 // W stored as W^T [N, K]: warp ty sums column j = 8 * blockIdx.x + ty (a contiguous row of W^T)
 // with its lanes over k, then an xor butterfly (a fixed order).
 __global__ void __launch_bounds__(32 * kFoldSplit)
-    fold_layernorm_transposed_kernel(bf16* w_folded, float* c, float* b_folded, const float* w, const float* gamma,
-                           const float* beta, const float* b, int K, int N) {
+    fold_layernorm_transposed_kernel(bf16* w_folded, float* c, float* b_folded, const bf16* w, const float* gamma,
+                                     const float* beta, const float* b, int K, int N) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, layer = blockIdx.y;
     const int j = blockIdx.x * kFoldSplit + warp;
     if (j >= N) return;
@@ -49,7 +51,7 @@ __global__ void __launch_bounds__(32 * kFoldSplit)
     gamma += (long)layer * K, beta += (long)layer * K;
     float sum_c = 0.f, sum_b = 0.f;
     for (int k = lane; k < K; k += 32) {
-        const float w_kj = w[row + k];
+        const float w_kj = __bfloat162float(w[row + k]);
         const bf16 folded = __float2bfloat16(gamma[k] * w_kj);
         w_folded[row + k] = folded;
         sum_c += __bfloat162float(folded);
@@ -63,6 +65,11 @@ __global__ void __launch_bounds__(32 * kFoldSplit)
         c[(long)layer * N + j] = sum_c;
         b_folded[(long)layer * N + j] = sum_b + (b ? b[(long)layer * N + j] : 0.f);
     }
+}
+
+__global__ void widen_kernel(float* dst, const bf16* src, long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
 }
 
 __global__ void finalize_row_stats_kernel(float* mu, float* rstd, const float* partials, int M, int n_tiles) {
@@ -114,7 +121,7 @@ __global__ void finalize_bias_grad_kernel(float* bias_grad, const float* partial
 
 }  // namespace
 
-void coda_fold_layernorm(bf16* w_folded, float* c, float* b_folded, const float* w, bool transposed,
+void coda_fold_layernorm(bf16* w_folded, float* c, float* b_folded, const bf16* w, bool transposed,
                          const float* gamma, const float* beta, const float* b, int K, int N, int layers,
                          cudaStream_t stream) {
     if (transposed) {
@@ -126,6 +133,11 @@ void coda_fold_layernorm(bf16* w_folded, float* c, float* b_folded, const float*
             w_folded, c, b_folded, w, gamma, beta, b, K, N);
         CUDA_CHECK_LAUNCH(fold_layernorm_rows_kernel);
     }
+}
+
+void coda_widen(float* dst, const bf16* src, long n, cudaStream_t stream) {
+    widen_kernel<<<std::min(ceil_div(n, kThreads), 1024), kThreads, 0, stream>>>(dst, src, n);
+    CUDA_CHECK_LAUNCH(widen_kernel);
 }
 
 void coda_row_stats(float* mu, float* rstd, const float* partials, int M, int n_tiles, cudaStream_t stream) {

@@ -11,12 +11,15 @@ namespace codagpt {
 
 // For `layers` stacked LayerNorm + linear pairs (gamma, beta [K] and W [K, N], b [N] per layer):
 //   W~ = diag(gamma) W (bf16), c = column sums of that bf16 W~, b~ = beta W + b (b may be null).
-// w is the fp32 master weight, row-major [K, N], or with `transposed` stored as W^T [N, K] (the
-// tied LM head: W = wte^T); w_folded is written in w's layout. Strides between layers: K*N for
-// w and w_folded, K for gamma and beta, N for b, c and b_folded.
-void coda_fold_layernorm(bf16* w_folded, float* c, float* b_folded, const float* w, bool transposed,
+// w is the bf16 weight (every rank holds all of them), row-major [K, N], or with `transposed`
+// stored as W^T [N, K] (the tied LM head: W = wte^T); w_folded is written in w's layout. Strides
+// between layers: K*N for w and w_folded, K for gamma and beta, N for b, c and b_folded.
+void coda_fold_layernorm(bf16* w_folded, float* c, float* b_folded, const bf16* w, bool transposed,
                          const float* gamma, const float* beta, const float* b, int K, int N, int layers,
                          cudaStream_t stream);
+
+// dst[i] = src[i] for n elements: fp32 copies of the bf16 weights the epilogues read as vectors.
+void coda_widen(float* dst, const bf16* src, long n, cudaStream_t stream);
 
 // LayerNorm statistics (mu, rstd) of M rows from ResidualForward / ResidualStats Welford partials.
 void coda_row_stats(float* mu, float* rstd, const float* partials, int M, int n_tiles, cudaStream_t stream);

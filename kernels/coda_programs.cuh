@@ -233,11 +233,13 @@ struct LnBackwardX : NoRowPartials {
 // channels of the folded GEMM, columns j its N outputs; acc_kj = sum_i x_ik dz^_ij.
 // G = acc - v ;  dW (+)= gamma (.)row G + beta (x) db ;  row partials dgamma_k = sum_j W_kj G_kj, dbeta_k = sum_j W_kj db_j
 // (G = xhat^T dz; v and db are the finalized column sums of the dz producer.) w is the unfolded
-// weight (fp32 master), dw the fp32 gradient; both transposed for the tied LM head (wte is [V, C]).
+// weight (the fp32 master on the CPU; the bf16 copy on the GPU, which every rank holds whole), dw
+// the fp32 gradient; both transposed for the tied LM head (wte is [V, C]).
+template <class W = float>
 struct LnBackwardW : NoColPartials {
     RowVec gamma, beta;
     ColVec v, db;
-    LoadTile<float> w;
+    LoadTile<W> w;
     AccumulateTile<float> dw;
     RowPartials<Sum> dgamma, dbeta;
 

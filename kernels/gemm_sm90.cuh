@@ -11,8 +11,12 @@
 //     issues wgmma m64nBNk16 (bf16 in, fp32 accumulators in registers) straight from the stages,
 //     keeps one k-block of wgmmas in flight while it waits for the next, and runs the epilogue
 //     program on its accumulators.
-// Tiles are dealt to CTAs round robin in a grouped order (GROUP_M M-tiles side by side, M fastest),
-// so the CTAs in flight share A rows and B columns in L2.
+// Tiles are numbered in a grouped order (GROUP_M M-tiles side by side, M fastest), so the CTAs in
+// flight share A rows and B columns in L2, and handed out at run time: the producer takes the next
+// number from a global counter (one atomicAdd a tile, fetched a tile ahead) and passes it to the
+// consumers through a small ring of tile ids in shared memory. A CTA that starts late (its SM busy
+// with another kernel, e.g. NCCL's beside backward) or runs slow takes fewer tiles instead of
+// holding up the whole GEMM. Which CTA computes a tile never changes its result.
 //
 // Operand layouts (gemm_types.cuh), as wgmma sees them:
 //   A row-major [M, K]          = K-major: one TMA box {64 k, BM rows}; no transpose bit.
@@ -27,7 +31,10 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "common.cuh"
 #include "gemm_emulator.hpp"
@@ -89,6 +96,10 @@ constexpr int kEpilogueBarrier = 1;
 // slot before this tile's first is filled, so the stage barriers are at most one phase behind
 // and their parity waits cannot mistake an older phase for the awaited one.
 constexpr int kOrderBarrier = 3;
+// Tile ids in flight between the producer and the consumers (each slot: the id, a "full" mbarrier
+// the producer arrives on, an "empty" one every consumer warp arrives on once it has read it).
+constexpr int kIdSlots = 4;
+constexpr int kConsumerWarps = 8;
 
 template <class Cfg, class P>
 using EpilogueOf = TileEpilogue<P, Cfg::FM, Cfg::FN, 64, Cfg::WARPS_M, 1>;
@@ -101,13 +112,14 @@ struct SmemLayout {
     static constexpr int kLimit = 227 * 1024;
 
     struct Offsets {
-        int b, bars, epilogue, bytes, launch_bytes;
+        int b, bars, ids, epilogue, bytes, launch_bytes;
     };
     static constexpr Offsets offsets(int stages) {
         Offsets o{};
         o.b = stages * Cfg::A_BYTES;
-        o.bars = o.b + stages * Cfg::B_BYTES;  // full[stages], empty[stages]
-        o.epilogue = (o.bars + 2 * stages * 8 + 127) / 128 * 128;
+        o.bars = o.b + stages * Cfg::B_BYTES;  // full[stages], empty[stages], id_full[kIdSlots], id_empty[kIdSlots]
+        o.ids = o.bars + 2 * (stages + kIdSlots) * 8;  // int tile id[kIdSlots]
+        o.epilogue = (o.ids + kIdSlots * 4 + 127) / 128 * 128;
         o.bytes = o.epilogue + (Cfg::PINGPONG ? 2 : 1) * kEpilogueBytes;
         o.launch_bytes = o.bytes + 1024;  // room to align the base to a swizzle atom
         return o;
@@ -119,8 +131,8 @@ struct SmemLayout {
     }
     static constexpr int kStages = stages_that_fit();
     static constexpr Offsets kAt = offsets(kStages);
-    static constexpr int a = 0, b = kAt.b, bars = kAt.bars, epilogue = kAt.epilogue, bytes = kAt.bytes,
-                         launch_bytes = kAt.launch_bytes;
+    static constexpr int a = 0, b = kAt.b, bars = kAt.bars, ids = kAt.ids, epilogue = kAt.epilogue,
+                         bytes = kAt.bytes, launch_bytes = kAt.launch_bytes;
     static_assert(launch_bytes <= kLimit, "shared memory of the tile configuration");
 };
 
@@ -128,6 +140,9 @@ struct Params {
     CUtensorMap tma_a, tma_b;
     int M, N, K;
     int tiles_m, tiles_n, k_blocks;
+    // The launch's tile counter: [0] the next tile id, [1] CTAs done taking tiles. Zero at launch;
+    // the last CTA done zeroes both for the next launch on the stream (detail::tile_counter).
+    unsigned* counter;
 };
 
 // Grouped tile order: tile t -> (tm, tn) with GROUP_M M-tiles per group, M fastest in a group.
@@ -168,6 +183,15 @@ __device__ inline void mbar_wait(uint32_t bar, uint32_t parity) {
             : "r"(bar), "r"(parity)
             : "memory");
     } while (!done);
+}
+
+__device__ inline void st_shared_s32(uint32_t addr, int v) {
+    asm volatile("st.shared.s32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ inline int ld_shared_s32(uint32_t addr) {
+    int v;
+    asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+    return v;
 }
 
 __device__ inline void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inner, int outer, uint32_t bar) {
@@ -297,12 +321,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t* smem = (uint8_t*)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     const uint32_t smem_a = ptx::smem_addr(smem + Smem::a), smem_b = ptx::smem_addr(smem + Smem::b);
     const uint32_t full_bar = ptx::smem_addr(smem + Smem::bars), empty_bar = full_bar + 8 * Smem::kStages;
+    // The tile id ring, at fixed offsets from full_bar (no more registers live through the epilogue).
+    constexpr uint32_t kIdFull = 16 * Smem::kStages, kIdEmpty = kIdFull + 8 * kIdSlots, kIds = Smem::ids - Smem::bars;
 
     const int tiles = params.tiles_m * params.tiles_n;
     if (threadIdx.x == 0) {
         for (int s = 0; s < Smem::kStages; s++) {
             ptx::mbar_init(full_bar + 8 * s, 1);                          // the producer's expect_tx
             ptx::mbar_init(empty_bar + 8 * s, Cfg::WARPS_M);  // one arrival per warp reading the stage
+        }
+        for (int s = 0; s < kIdSlots; s++) {
+            ptx::mbar_init(full_bar + kIdFull + 8 * s, 1);
+            ptx::mbar_init(full_bar + kIdEmpty + 8 * s, kConsumerWarps);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -315,7 +345,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (threadIdx.x != 0) return;
         int stage = 0;
         uint32_t phase = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int next = (int)atomicAdd(params.counter, 1u);
+        for (int i = 0;; i++) {
+            // Publish the CTA's i-th tile id (-1: none left), then fetch the next one while this
+            // tile's loads are issued.
+            const int t = next < tiles ? next : -1;
+            const uint32_t slot = i % kIdSlots;
+            ptx::mbar_wait(full_bar + kIdEmpty + 8 * slot, ((i / kIdSlots) & 1) ^ 1);
+            ptx::st_shared_s32(full_bar + kIds + 4 * slot, t);
+            ptx::mbar_arrive(full_bar + kIdFull + 8 * slot);
+            if (t < 0) break;
+            next = (int)atomicAdd(params.counter, 1u);
             const TileCoord tc = tile_coord(t, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
             const int m0 = tc.m * Cfg::BM, n0 = tc.n * Cfg::BN;
             for (int kb = 0; kb < params.k_blocks; kb++) {
@@ -342,6 +382,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
         }
+        // This CTA takes no more tiles; the last one to get here resets the counter for the next launch.
+        __threadfence();
+        if (atomicAdd(params.counter + 1, 1u) == gridDim.x - 1) {
+            params.counter[0] = 0;
+            params.counter[1] = 0;
+        }
     } else {
         // ------------------------------------------------ consumers
         ptx::setmaxnreg_inc<kConsumerRegs>();
@@ -364,10 +410,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint8_t* epilogue_smem = smem + Smem::epilogue + (Cfg::PINGPONG ? consumer * Smem::kEpilogueBytes : 0);
         const int warp_m = Cfg::PINGPONG ? warp : consumer * 4 + warp;
 
-        // The CTA's i-th tile is blockIdx.x + i * gridDim.x; its k-blocks are ring slots
-        // i * k_blocks ... in the order the producer fills them.
-        const int first = Cfg::PINGPONG ? consumer : 0, step = Cfg::PINGPONG ? 2 : 1;
-        for (int i = first, t = blockIdx.x + first * gridDim.x; t < tiles; i += step, t += step * gridDim.x) {
+        // Every consumer warp reads every tile id in turn (one arrival on the slot's empty barrier
+        // each); ping-pong consumer c runs the CTA's tiles i with i % 2 == c.
+        auto wait_id = [&](int i) {
+            ptx::mbar_wait(full_bar + kIdFull + 8 * (i % kIdSlots), (i / kIdSlots) & 1);
+            return ptx::ld_shared_s32(full_bar + kIds + 4 * (i % kIdSlots));
+        };
+        auto read_id = [&](int i) {
+            const int t = wait_id(i);
+            __syncwarp();
+            if (lane == 0) ptx::mbar_arrive(full_bar + kIdEmpty + 8 * (i % kIdSlots));
+            return t;
+        };
+        // The CTA's i-th tile's k-blocks are ring slots i * k_blocks ... in the order the producer fills them.
+        int i = 0, t = read_id(0);
+        if (Cfg::PINGPONG && consumer == 1 && t >= 0) t = read_id(++i);
+        while (t >= 0) {
             const TileCoord tc = tile_coord(t, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
             // Fresh accumulators each tile (the first wgmma overwrites them anyway): so the compiler
             // sees the previous tile's die in its epilogue instead of living on into this mainloop.
@@ -406,7 +464,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                     phase ^= 1;
                 }
             }
-            if (Cfg::PINGPONG && t + gridDim.x < tiles) ptx::named_barrier_arrive(kOrderBarrier + 1 - consumer, 256);
+            // Ping-pong: the other consumer may start its next tile's mainloop now, if it has one
+            // (its id is read again after the epilogue: no register holds it through the epilogue).
+            if (Cfg::PINGPONG && wait_id(i + 1) >= 0) ptx::named_barrier_arrive(kOrderBarrier + 1 - consumer, 256);
             ptx::wgmma_wait<0>();
             if (lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
 #pragma unroll
@@ -418,6 +478,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
             Epilogue::run(program, acc, tc.m * Cfg::BM + a_row0 + warp * 16, tc.n * Cfg::BN, warp_m, 0, tc.m, tc.n,
                           params.tiles_m, params.tiles_n, params.M, params.N, epilogue_smem, sync);
+            t = read_id(++i);
+            if (Cfg::PINGPONG && t >= 0) t = read_id(++i);  // skip the other consumer's tile
         }
     }
 #endif  // CODA_SM90_DEVICE
@@ -461,6 +523,23 @@ inline const DeviceInfo& device_info() {
         return d;
     }();
     return info;
+}
+
+// The tile counter of the launches on `stream` (Params::counter): zeroed here once, on the stream,
+// and by each launch's last CTA after. One per stream, since launches on one stream never overlap;
+// one per device. Not for CUDA graphs captured on other streams than they replay on.
+inline unsigned* tile_counter(cudaStream_t stream) {
+    static std::mutex mutex;
+    static std::map<std::pair<int, cudaStream_t>, unsigned*> counters;
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mutex);
+    unsigned*& c = counters[{dev, stream}];
+    if (c == nullptr) {
+        CUDA_CHECK(cudaMalloc(&c, 2 * sizeof(unsigned)));
+        CUDA_CHECK(cudaMemsetAsync(c, 0, 2 * sizeof(unsigned), stream));
+    }
+    return c;
 }
 
 inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
@@ -548,6 +627,7 @@ void launch(const P& program, const GemmProblem& prob, cudaStream_t stream) {
     params.tiles_m = n_tiles(prob.M, Cfg::BM);
     params.tiles_n = n_tiles(prob.N, Cfg::BN);
     params.k_blocks = n_tiles(prob.K, Cfg::BK);
+    params.counter = tile_counter(stream);
     // A: K-major [M rows of K] in one box of BM rows, or M-major [K rows of M] in 64x64 boxes.
     params.tma_a = A_MMAJOR ? tensor_map("A", prob.a.p, prob.M, prob.K, prob.a.layout.ld, 64)
                             : tensor_map("A", prob.a.p, prob.K, prob.M, prob.a.layout.ld, Cfg::BM);

@@ -110,14 +110,9 @@ public:
         on_side(stream, [&] { NCCL_CHECK(ncclAllGather(partials + rank_, partials, 1, ncclFloat32, comm_, side_), comm_); });
     }
 
-    void all_gather_weights(bf16* params, float* master, cudaStream_t stream) override {
+    void all_gather_weights(bf16* params, cudaStream_t stream) override {
         const size_t S = plan_.shard_size, own = shard().padded_begin;
-        on_side(stream, [&] {
-            NCCL_CHECK(ncclGroupStart(), comm_);
-            NCCL_CHECK(ncclAllGather(params + own, params, S, ncclBfloat16, comm_, side_), comm_);
-            if (master) NCCL_CHECK(ncclAllGather(master + own, master, S, ncclFloat32, comm_, side_), comm_);
-            NCCL_CHECK(ncclGroupEnd(), comm_);
-        });
+        on_side(stream, [&] { NCCL_CHECK(ncclAllGather(params + own, params, S, ncclBfloat16, comm_, side_), comm_); });
     }
 
     // Rank 0 receives the chunks one at a time into a scratch chunk (allocated here: checkpoints

@@ -68,9 +68,8 @@ public:
     // The optimizer step's collectives, ordered after and before the work on `stream`:
     // partials[rank] (one float) from every rank into partials[0..R).
     virtual void all_gather_norm_partials(float* partials, CUstream_st* stream) = 0;
-    // Every rank's chunk of the padded bf16 weights (and of the padded fp32 master weights, unless
-    // null) into every rank's buffer, in place.
-    virtual void all_gather_weights(__nv_bfloat16* params, float* master, CUstream_st* stream) = 0;
+    // Every rank's chunk of the padded bf16 weights into every rank's buffer, in place.
+    virtual void all_gather_weights(__nv_bfloat16* params, CUstream_st* stream) = 0;
     // For checkpoints: the real elements of every rank's chunk `shard` (plan().shard_size floats on
     // the device) into `full` (plan().n floats) on rank 0; other ranks leave `full` alone. Synchronizes.
     virtual void gather_to_root(float* full, const float* shard, CUstream_st* stream) = 0;

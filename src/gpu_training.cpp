@@ -54,20 +54,19 @@ ZeroPlan plan_of(const ModelConfig& c, const DataParallel* dp) {
 }
 }  // namespace
 
-size_t TrainableParams::device_bytes(const ModelConfig& c, const DataParallel* dp, bool full_master) {
+size_t TrainableParams::device_bytes(const ModelConfig& c, const DataParallel* dp) {
     const ZeroPlan plan = plan_of(c, dp);
     const size_t P = plan.padded_total, S = plan.shard_size;
-    return P * (sizeof(bf16) + sizeof(float)) + (full_master ? P : S) * sizeof(float) + 2 * S * sizeof(float);
+    return P * (sizeof(bf16) + sizeof(float)) + 3 * S * sizeof(float);
 }
 
-TrainableParams::TrainableParams(const ModelConfig& c, std::shared_ptr<DataParallel> dp, bool full_master,
-                                 cudaStream_t stream, const std::function<void*(size_t)>& alloc)
-    : plan_(plan_of(c, dp.get())), rank_(dp ? dp->rank() : 0), dp_(std::move(dp)), full_master_(full_master),
-      stream_(stream) {
+TrainableParams::TrainableParams(const ModelConfig& c, std::shared_ptr<DataParallel> dp, cudaStream_t stream,
+                                 const std::function<void*(size_t)>& alloc)
+    : plan_(plan_of(c, dp.get())), rank_(dp ? dp->rank() : 0), dp_(std::move(dp)), stream_(stream) {
     const size_t P = plan_.padded_total, S = plan_.shard_size;
     params_ = static_cast<bf16*>(alloc(P * sizeof(bf16)));
     grads_ = static_cast<float*>(alloc(P * sizeof(float)));
-    master_ = static_cast<float*>(alloc((full_master_ ? P : S) * sizeof(float)));
+    master_ = static_cast<float*>(alloc(S * sizeof(float)));
     m_ = static_cast<float*>(alloc(S * sizeof(float)));
     v_ = static_cast<float*>(alloc(S * sizeof(float)));
     scalars_ = static_cast<float*>(alloc(4 * sizeof(float)));
@@ -76,7 +75,7 @@ TrainableParams::TrainableParams(const ModelConfig& c, std::shared_ptr<DataParal
     // The padding stays zero in every buffer: nothing ever writes past the real elements.
     CUDA_CHECK(cudaMemset(params_, 0, P * sizeof(bf16)));
     CUDA_CHECK(cudaMemset(grads_, 0, P * sizeof(float)));
-    CUDA_CHECK(cudaMemset(master_, 0, (full_master_ ? P : S) * sizeof(float)));
+    CUDA_CHECK(cudaMemset(master_, 0, S * sizeof(float)));
     CUDA_CHECK(cudaMemset(m_, 0, S * sizeof(float)));
     CUDA_CHECK(cudaMemset(v_, 0, S * sizeof(float)));
 }
@@ -87,19 +86,14 @@ TrainableParams::~TrainableParams() {
 }
 
 OptimizerBuffers TrainableParams::buffers() const {
-    const size_t own = full_master_ ? plan_.shards[rank_].padded_begin : 0;  // the shard's place in master_
-    return {&plan_.shards[rank_], master_ + own, params_, grads_, m_, v_, scalars_, norm_scratch_};
+    return {&plan_.shards[rank_], master_, params_, grads_, m_, v_, scalars_, norm_scratch_};
 }
 
 void TrainableParams::set_params(const std::vector<float>& params) {
     if (params.size() != plan_.n) throw Error("set_params: expected " + std::to_string(plan_.n) + " values");
     const RankShard& s = plan_.shards[rank_];
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (full_master_)
-        CUDA_CHECK(cudaMemcpy(master_, params.data(), plan_.n * sizeof(float), cudaMemcpyHostToDevice));
-    else
-        CUDA_CHECK(cudaMemcpy(master_, params.data() + s.begin, (s.end - s.begin) * sizeof(float),
-                              cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(master_, params.data() + s.begin, (s.end - s.begin) * sizeof(float), cudaMemcpyHostToDevice));
     upload_bf16(params_, params);
 }
 
@@ -114,7 +108,7 @@ std::vector<float> TrainableParams::gather(const float* shard_buf) const {
     return full;
 }
 
-std::vector<float> TrainableParams::master_params() const { return gather(buffers().master); }
+std::vector<float> TrainableParams::master_params() const { return gather(master_); }
 std::vector<float> TrainableParams::m() const { return gather(m_); }
 std::vector<float> TrainableParams::v() const { return gather(v_); }
 
@@ -169,7 +163,7 @@ double TrainableParams::grad_norm() {
 
 void TrainableParams::apply_update(double lr, const TrainConfig& c) {
     device_adamw_step(buffers(), ++step_, lr, c, stream_);
-    if (dp_) dp_->all_gather_weights(params_, full_master_ ? master_ : nullptr, stream_);
+    if (dp_) dp_->all_gather_weights(params_, stream_);
     mark(kOptimizerEnd);
 }
 

@@ -68,25 +68,23 @@ void device_adamw_step(const OptimizerBuffers& b, int t, double lr, const TrainC
 // read), fp32 gradients, and the optimizer state of this rank's ZeRO-1 shard (fp32 master weights,
 // AdamW moments). Alone (no DataParallel) the one shard is the whole model and nothing is
 // communicated. With a DataParallel of R ranks the weight and gradient buffers hold the plan's
-// padded_total elements (zeros past n), m and v only the rank's chunk (shard_size), and the master
-// weights the rank's chunk too unless the model needs all of them (full_master: the fused model's
-// folds and LayerNorm gradients read fp32 weights; they are then all-gathered with the bf16 ones).
+// padded_total elements (zeros past n), the master weights, m and v only the rank's chunk
+// (shard_size); after each update the bf16 weights are all-gathered (both models compute with them).
 // With time_phases() (--phase-times) it also times each step's phases with CUDA events
 // (step_phases.hpp): recorded on the streams as the step goes, read after the update's sync.
 class TrainableParams {
 public:
     // alloc: the model's device allocator, in bytes (it reports running out of memory its own way).
-    TrainableParams(const ModelConfig& c, std::shared_ptr<DataParallel> dp, bool full_master, cudaStream_t stream,
+    TrainableParams(const ModelConfig& c, std::shared_ptr<DataParallel> dp, cudaStream_t stream,
                     const std::function<void*(size_t)>& alloc);
     ~TrainableParams();
     TrainableParams(const TrainableParams&) = delete;
     TrainableParams& operator=(const TrainableParams&) = delete;
     // Device bytes the constructor allocates, for out-of-memory estimates.
-    static size_t device_bytes(const ModelConfig& c, const DataParallel* dp, bool full_master);
+    static size_t device_bytes(const ModelConfig& c, const DataParallel* dp);
 
     bf16* params() const { return params_; }
     float* grads() const { return grads_; }
-    float* master() const { return master_; }  // all fp32 weights with full_master, else the rank's chunk
 
     // Weights (every rank passes all n, param_layout order): the rank's master chunk and all bf16 copies.
     void set_params(const std::vector<float>& params);
@@ -124,7 +122,6 @@ private:
     ZeroPlan plan_;
     int rank_ = 0;
     std::shared_ptr<DataParallel> dp_;
-    bool full_master_;
     cudaStream_t stream_;
     bf16* params_ = nullptr;
     float *grads_ = nullptr, *master_ = nullptr, *m_ = nullptr, *v_ = nullptr;

@@ -101,7 +101,7 @@ void ln_backward_w(const float* x, const float* dz_hat, const FoldGradientBuffer
                    const TileShape& shape) {
     const int C = grad.K, N = grad.N, tiles_n = n_tiles(N, shape.bn);
     std::vector<float> dgamma_partials((size_t)C * tiles_n), dbeta_partials(dgamma_partials.size());
-    LnBackwardW p;
+    LnBackwardW<> p;
     p.gamma = {gamma}, p.beta = {beta}, p.v = {grad.v.data()}, p.db = {grad.db.data()};
     p.w = {w, w_layout}, p.dw = {dw, w_layout};
     p.dgamma = {dgamma_partials.data()}, p.dbeta = {dbeta_partials.data()};

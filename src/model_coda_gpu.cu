@@ -51,13 +51,16 @@ struct GPT2CodaGPU::Impl {
     cudaStream_t stream = nullptr;
     EncoderBuckets* buckets = nullptr;
 
-    // parameters (flat, param_layout order): bf16 copies, fp32 master, gradients, AdamW moments.
-    // Every rank keeps all fp32 weights (full_master): the folds and the LayerNorm gradients read them.
+    // parameters (flat, param_layout order): bf16 weights (all of them on every rank: the folds and
+    // the LayerNorm gradients read them), fp32 gradients; the master weights and AdamW moments of
+    // this rank's shard live in `state`.
     std::unique_ptr<TrainableParams> state;
     bf16* params;
-    float *master, *grads;
+    float* grads;
     GPT2Params<bf16> p;
-    GPT2Params<float> pm, g;  // master weights, gradients
+    GPT2Params<float> g;    // gradients
+    GPT2Params<float> v32;  // fp32 copies of the vector weights (LayerNorms, biases: what the epilogues
+                            // and folds read as fp32 vectors), widened with every fold; matrices null
 
     // LayerNorms folded into their GEMMs, refolded after every optimizer step: LN1 into qkv
     // ([L, C, 3C]), LN2 into fc ([L, C, 4C]), LN_f into the LM head (W = wte^T, W~ stored as wte is: [Vp, C]).
@@ -90,14 +93,15 @@ struct GPT2CodaGPU::Impl {
         const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab(), MC = (size_t)M * C;
         const size_t tiles_m = n_tiles(M, kMinTile), tiles_c = n_tiles((int)C, kMinTile), tiles_v = n_tiles((int)Vp, kMinTile);
 
-        state = std::make_unique<TrainableParams>(c, std::move(dp), /*full_master=*/true, stream,
+        state = std::make_unique<TrainableParams>(c, std::move(dp), stream,
                                                   [this](size_t bytes) { return (void*)mem.alloc<char>(bytes); });
         params = state->params();
-        master = state->master();
         grads = state->grads();
         p = param_views(params, cfg);
-        pm = param_views(master, cfg);
         g = param_views(grads, cfg);
+        for_each_param(v32, cfg, [&](const char*, float*& v, size_t size, bool matrix, Init) {
+            v = matrix ? nullptr : mem.alloc<float>(size);  // AdamW decays exactly the matrices and embeddings
+        });
 
         qkv_folded = mem.alloc<bf16>(L * C * 3 * C);
         fc_folded = mem.alloc<bf16>(L * C * 4 * C);
@@ -153,12 +157,18 @@ struct GPT2CodaGPU::Impl {
         if (stream) cudaStreamDestroy(stream);
     }
 
-    // W~, c, b~ of every fold from the current master weights: after set_params and every AdamW step.
+    // The fp32 vector copies, then W~, c, b~ of every fold, from the current bf16 weights (the same
+    // on every rank): after set_params and every AdamW step.
     void fold() {
         const int L = cfg.n_layer, C = cfg.n_embd, Vp = cfg.padded_vocab();
-        coda_fold_layernorm(qkv_folded, qkv_c, qkv_bf, pm.qkv_w, false, pm.ln1_w, pm.ln1_b, pm.qkv_b, C, 3 * C, L, stream);
-        coda_fold_layernorm(fc_folded, fc_c, fc_bf, pm.fc_w, false, pm.ln2_w, pm.ln2_b, pm.fc_b, C, 4 * C, L, stream);
-        coda_fold_layernorm(lm_folded, lm_c, lm_bf, pm.wte, true, pm.lnf_w, pm.lnf_b, nullptr, C, Vp, 1, stream);
+        const bf16* src = params;
+        for_each_param(v32, cfg, [&](const char*, float*& v, size_t size, bool, Init) {
+            if (v) coda_widen(v, src, (long)size, stream);
+            src += size;
+        });
+        coda_fold_layernorm(qkv_folded, qkv_c, qkv_bf, p.qkv_w, false, v32.ln1_w, v32.ln1_b, v32.qkv_b, C, 3 * C, L, stream);
+        coda_fold_layernorm(fc_folded, fc_c, fc_bf, p.fc_w, false, v32.ln2_w, v32.ln2_b, v32.fc_b, C, 4 * C, L, stream);
+        coda_fold_layernorm(lm_folded, lm_c, lm_bf, p.wte, true, v32.lnf_w, v32.lnf_b, nullptr, C, Vp, 1, stream);
     }
     Fold qkv_fold(int l) const {
         const size_t C = cfg.n_embd;
@@ -204,12 +214,12 @@ struct GPT2CodaGPU::Impl {
     }
 
     // The dW GEMM through a fold, A = x^T, B = dz^ [M, N] (LnBackwardW): dW += gamma G + beta db,
-    // then dgamma, dbeta += its row partials. w and dw are the fp32 master weight and gradient,
-    // read through w_layout (wte^T for the LM head).
-    void ln_backward_w(const bf16* x, const bf16* dzh, int N, const float* gamma, const float* beta, const float* w,
+    // then dgamma, dbeta += its row partials. w (bf16) and dw (fp32) are the unfolded weight and its
+    // gradient, read through w_layout (wte^T for the LM head).
+    void ln_backward_w(const bf16* x, const bf16* dzh, int N, const float* gamma, const float* beta, const bf16* w,
                        Layout w_layout, float* dw, float* dgamma, float* dbeta) {
         const int C = cfg.n_embd;
-        LnBackwardW pr;
+        LnBackwardW<bf16> pr;
         pr.gamma = {gamma}, pr.beta = {beta}, pr.v = {v_}, pr.db = {db_};
         pr.w = {w, w_layout}, pr.dw = {dw, w_layout};
         pr.dgamma = {dgamma_partials}, pr.dbeta = {dbeta_partials};
@@ -257,7 +267,7 @@ struct GPT2CodaGPU::Impl {
 
         for (int l = 0; l < L; l++) {
             const LayerParams<bf16> w = layer_params(p, l, C);
-            const LayerParams<float> wm = layer_params(pm, l, C);
+            const LayerParams<float> wv = layer_params(v32, l, C);
             const bf16* x = residual + l * MC;
             const float *mu_l = mu + (size_t)l * M, *rstd_l = rstd + (size_t)l * M;
             bf16 *qkv_l = qkv + l * 3 * MC, *y_l = y + l * MC, *x_mid_l = x_mid + l * MC, *f_l = f + l * 4 * MC;
@@ -280,7 +290,7 @@ struct GPT2CodaGPU::Impl {
                 return run(pr, GemmProblem{M, C, K, matrix(a, K), matrix(weight, C)});
             };
             // 3. proj GEMM, A = y, B = Wo: x' = acc + bo + x, row partials; 4. tiny reduce -> mu', r'
-            finalize_stats(residual_gemm(y_l, C, w.proj_w, wm.proj_b, x, x_mid_l), mu_mid_l, rstd_mid_l);
+            finalize_stats(residual_gemm(y_l, C, w.proj_w, wv.proj_b, x, x_mid_l), mu_mid_l, rstd_mid_l);
             {  // 5. fc GEMM, A = x', B = W~fc: f = r'(acc - mu' c) + b~ ; g = gelu(f)
                 FcForward<bf16> pr;
                 pr.ln = {{mu_mid_l}, {rstd_mid_l}, {ff.c}, {ff.b_folded}};
@@ -289,7 +299,7 @@ struct GPT2CodaGPU::Impl {
             }
             // 6. fcproj GEMM, A = g, B = Wp: x'' = acc + bp + x', row partials; 7. tiny reduce ->
             //    the statistics of the next layer's LN1 (or of LN_f)
-            finalize_stats(residual_gemm(g_buf, C4, w.fcproj_w, wm.fcproj_b, x_mid_l, x_out), mu + (size_t)(l + 1) * M,
+            finalize_stats(residual_gemm(g_buf, C4, w.fcproj_w, wv.fcproj_b, x_mid_l, x_out), mu + (size_t)(l + 1) * M,
                            rstd + (size_t)(l + 1) * M);
         }
 
@@ -335,7 +345,7 @@ struct GPT2CodaGPU::Impl {
         }
         // LM head dW GEMM (W = wte^T): tied embeddings, so it adds into the wte gradient; its row
         // partials are the LN_f gamma and beta gradients.
-        ln_backward_w(x_final, logits, Vp, pm.lnf_w, pm.lnf_b, pm.wte, {C, true}, g.wte, g.lnf_w, g.lnf_b);
+        ln_backward_w(x_final, logits, Vp, v32.lnf_w, v32.lnf_b, p.wte, {C, true}, g.wte, g.lnf_w, g.lnf_b);
         // LM head dX GEMM: LN_f backward (nothing passes through) -> dres; its column partials are
         // the last layer's fcproj bias gradient.
         ln_backward_x(logits, Vp, matrix(lm_folded, C), x_final, mu_final, rstd_final, false,
@@ -343,7 +353,7 @@ struct GPT2CodaGPU::Impl {
 
         for (int l = L - 1; l >= 0; l--) {
             const LayerParams<bf16> w = layer_params(p, l, C);
-            const LayerParams<float> wm = layer_params(pm, l, C), lg = layer_params(g, l, C);
+            const LayerParams<float> wv = layer_params(v32, l, C), lg = layer_params(g, l, C);
             const bf16* x = residual + l * MC;
             const float *mu_l = mu + (size_t)l * M, *rstd_l = rstd + (size_t)l * M;
             const bf16 *qkv_l = qkv + l * 3 * MC, *y_l = y + l * MC, *x_mid_l = x_mid + l * MC, *f_l = f + l * 4 * MC;
@@ -361,7 +371,7 @@ struct GPT2CodaGPU::Impl {
             //    partials of the epilogue that produced dres: step 10 above, or the LM head dX GEMM.)
             accumulate(lg.fcproj_w, C4, C, transposed(g_buf, C4), matrix(dres, C));
             // 3. dW_fc GEMM, folded (gamma2, beta2); the fc bias gradient was the producer's db
-            ln_backward_w(x_mid_l, dz_hat, C4, wm.ln2_w, wm.ln2_b, wm.fc_w, {C4}, lg.fc_w, lg.ln2_w, lg.ln2_b);
+            ln_backward_w(x_mid_l, dz_hat, C4, wv.ln2_w, wv.ln2_b, w.fc_w, {C4}, lg.fc_w, lg.ln2_w, lg.ln2_b);
             // 4. dX GEMM, A = df^, B = W~fc^T: LN2 backward + dres pass-through -> dres' (in place);
             //    column partials -> proj bias gradient
             ln_backward_x(dz_hat, C4, transposed(ff.w_folded, C4), x_mid_l, mu_mid_l, rstd_mid_l, true, lg.proj_b);
@@ -382,7 +392,7 @@ struct GPT2CodaGPU::Impl {
                 finalize_producer(pass(pr, C3), C3, lg.qkv_b);
             }
             // 9. dW_qkv GEMM, folded (gamma1, beta1); the qkv bias gradient was the producer's db
-            ln_backward_w(x, dz_hat, C3, wm.ln1_w, wm.ln1_b, wm.qkv_w, {C3}, lg.qkv_w, lg.ln1_w, lg.ln1_b);
+            ln_backward_w(x, dz_hat, C3, wv.ln1_w, wv.ln1_b, w.qkv_w, {C3}, lg.qkv_w, lg.ln1_w, lg.ln1_b);
             // 10. dX GEMM, A = dq^, B = W~qkv^T: LN1 backward + dres' pass-through -> dres for the
             //     layer below (in place); column partials -> that layer's fcproj bias gradient
             ln_backward_x(dz_hat, C3, transposed(qf.w_folded, C3), x, mu_l, rstd_l, true,

@@ -94,12 +94,12 @@ struct GPT2GPU::Impl {
         // and per token (the sizes below with BT = 1), for the out-of-memory message.
         size_t total = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_at_start, &total));
-        fixed_bytes = TrainableParams::device_bytes(c, opt.data_parallel.get(), /*full_master=*/false);
+        fixed_bytes = TrainableParams::device_bytes(c, opt.data_parallel.get());
         bytes_per_token = sizeof(bf16) * (C + L * C * (1 + 3 + 1 + 1 + 1 + 4 + 1) + (opt.recompute_gelu ? 1 : L) * 4 * C +
                                           C + Vp + C * (1 + 1 + 1 + 4 + 3)) +
                           sizeof(float) * (L * 4 + L * NH + 2 + 1) + sizeof(int) * 2;
 
-        state = std::make_unique<TrainableParams>(c, opt.data_parallel, /*full_master=*/false, stream,
+        state = std::make_unique<TrainableParams>(c, opt.data_parallel, stream,
                                                   [this](size_t bytes) { return (void*)alloc<char>(bytes); });
         params = state->params();
         grads = state->grads();

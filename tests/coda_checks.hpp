@@ -541,35 +541,36 @@ void check_ln_backward_x(R& run, const Case& c) {
 
 // dW GEMM: A = x^T (x is [T, K] tokens x channels), B = dz^ [T, N]; output [K, N] accumulated.
 // Here the GEMM's M is the channel count K of the case and its reduction the token count M.
-template <class R>
+// W: the type of the unfolded weight the program reads (fp32 master on the CPU, bf16 on the GPU).
+template <class W = float, class R>
 void check_ln_backward_w(R& run, const Case& c) {
     const int T = c.M, K = c.K, N = c.N;
     Rng rng(17);
     const Residual x(rng, T, K);
     const std::vector<bf16> dz_hat = random_act<bf16>(rng, (size_t)T * N, 0.1);
     const std::vector<float> gamma = random_floats(rng, K, 0.1, 1.0), beta = random_floats(rng, K, 0.1),
-                             w = random_floats(rng, (size_t)K * N, 1 / std::sqrt(K)), v = random_floats(rng, N),
-                             db = random_floats(rng, N, 0.1);
+                             v = random_floats(rng, N), db = random_floats(rng, N, 0.1);
+    const std::vector<W> w = to_act<W>(to_double(random_floats(rng, (size_t)K * N, 1 / std::sqrt(K))));
     const HostGemm gemm{K, N, T, &x.x, {K, true}, &dz_hat, {N}};
     const int tiles_n = n_tiles(N, run.shape(gemm).bn);
     std::vector<float> dw = random_floats(rng, (size_t)K * N, 0.01), dgamma = partials(K, tiles_n, 1), dbeta = dgamma;
     const Vec dw_before = to_double(dw);
-    LnBackwardW p;
+    LnBackwardW<W> p;
     p.gamma = {run.at(gamma)}, p.beta = {run.at(beta)}, p.v = {run.at(v)}, p.db = {run.at(db)};
     p.w = {run.at(w), {N}};
     p.dw = {run.at(dw), {N}};
     p.dgamma = {run.at(dgamma)}, p.dbeta = {run.at(dbeta)};
     run.run(p, gemm);
 
-    const Vec acc = matmul(to_double(x.x), to_double(dz_hat), K, T, N, true);
+    const Vec acc = matmul(to_double(x.x), to_double(dz_hat), K, T, N, true), w64 = to_double(w);
     Vec dw_ref(acc.size()), dg(K, 0.0), db_ref(K, 0.0), dg_mag(K, 0.0), db_mag(K, 0.0);
     for (int k = 0; k < K; k++)
         for (int j = 0; j < N; j++) {
             const size_t kj = (size_t)k * N + j;
             const double G = acc[kj] - v[j];
             dw_ref[kj] = dw_before[kj] + gamma[k] * G + (double)beta[k] * db[j];
-            dg[k] += w[kj] * G, dg_mag[k] += std::fabs(w[kj] * G);
-            db_ref[k] += (double)w[kj] * db[j], db_mag[k] += std::fabs((double)w[kj] * db[j]);
+            dg[k] += w64[kj] * G, dg_mag[k] += std::fabs(w64[kj] * G);
+            db_ref[k] += w64[kj] * db[j], db_mag[k] += std::fabs(w64[kj] * db[j]);
         }
     expect_fp32("dW += gamma G + beta db", to_double(dw), dw_ref, run.tol(T));
     expect_sum("dgamma = sum_j W G", row_sums(dgamma, K, tiles_n), dg, dg_mag, run.tol(T));

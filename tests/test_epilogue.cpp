@@ -289,6 +289,7 @@ TEST_P(Programs, QkvGradient) { check_qkv_gradient(run, GetParam()); }
 TEST_P(Programs, CrossEntropyGradient) { check_cross_entropy_gradient(run, GetParam()); }
 TEST_P(Programs, LnBackwardX) { check_ln_backward_x(run, GetParam()); }
 TEST_P(Programs, LnBackwardW) { check_ln_backward_w(run, GetParam()); }
+TEST_P(Programs, LnBackwardWOfBf16Weight) { check_ln_backward_w<bf16>(run, GetParam()); }
 TEST_P(Programs, PlainStoreAndAccumulate) { check_plain(run, GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Programs,
@@ -470,7 +471,7 @@ LayerResult coda_layer(const Layer& L, const TileShape& shape) {
                              const std::vector<float>& beta, const std::vector<float>& w, Vec& dw, Vec& dgamma, Vec& dbeta) {
         const int N = fg.N, tiles_n = n_tiles(N, shape.bn);
         std::vector<float> dwf((size_t)C * N, 0.f), dgp((size_t)C * tiles_n), dbp(dgp.size());
-        LnBackwardW p;
+        LnBackwardW<> p;
         p.gamma = {gamma.data()}, p.beta = {beta.data()}, p.v = {fg.v.data()}, p.db = {fg.db.data()};
         p.w = {w.data(), {N}}, p.dw = {dwf.data(), {N}}, p.dgamma = {dgp.data()}, p.dbeta = {dbp.data()};
         emulate_gemm(p, C, N, M, op(x, C, true), op(fg.dz_hat, N), shape);

@@ -127,7 +127,7 @@ TEST_P(GpuPrograms, GeluBackward) { check_gelu_backward(run, shape()); }
 TEST_P(GpuPrograms, QkvGradient) { check_qkv_gradient(run, shape()); }
 TEST_P(GpuPrograms, CrossEntropyGradient) { check_cross_entropy_gradient(run, shape()); }
 TEST_P(GpuPrograms, LnBackwardX) { check_ln_backward_x(run, shape()); }
-TEST_P(GpuPrograms, LnBackwardW) { check_ln_backward_w(run, shape()); }
+TEST_P(GpuPrograms, LnBackwardW) { check_ln_backward_w<bf16>(run, shape()); }
 TEST_P(GpuPrograms, PlainStoreAndAccumulate) { check_plain(run, shape()); }
 
 // (M, K, N) as the checks read them; the dX and dW checks turn them into GEMMs of (M, N, K) x (N,
