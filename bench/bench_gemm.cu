@@ -8,7 +8,8 @@
 // Each shape: a correctness check against cuBLASLt's output (relative Frobenius error, our
 // output poisoned with NaN first), then the median of --reps timed runs (CUDA events, after
 // warm-up), rotating among input sets when the inputs fit in L2. --sweep also times every tile
-// configuration of the mainloop (the default times the one the engine picks). Prints a table,
+// configuration of the mainloop with K unsplit (the default times the engine's plan: its tile
+// configuration and split-K factor, "/kS" in the tile column). Prints a table,
 // the geometric-mean ratio last, and appends "gemm" records (../shared/design/RESULTS.md) to --json.
 #include <cuda_runtime.h>
 
@@ -194,10 +195,19 @@ PlainAccumulate plain_accumulate(float* dw, int n) {
     return p;
 }
 
+// tile < 0: the engine's plan; else that tile configuration, K unsplit.
 template <class P>
 void ours(const P& program, const GemmProblem& prob, int tile) {
     if (tile < 0) sm90::gemm(program, prob, 0);
-    else sm90::detail::gemm_with_tile(program, prob, sm90::kTiles[tile], 0);
+    else sm90::detail::gemm_with_plan(program, prob, {sm90::kTiles[tile], 1}, 0);
+}
+
+// The engine's plan for prob: "128x256", or "128x256/k4" with K split 4 ways.
+std::string plan_name(const GemmProblem& prob) {
+    const sm90::detail::Plan p = sm90::detail::choose_plan(prob, sm90::detail::device_info().sms);
+    const TileShape t = sm90::detail::tile_shape_of(p.tile);
+    return (p.tile == sm90::Tile::kPingPong128x128 ? "pp" : "") + std::to_string(t.bm) + "x" + std::to_string(t.bn) +
+           (p.splits > 1 ? "/k" + std::to_string(p.splits) : "");
 }
 
 struct Row {
@@ -285,12 +295,9 @@ struct Bench {
             }
         const bool ok = err <= bound && failed.empty();  // false for NaN too
         if (!ok) failures++;
-        const std::string tile = [&] {
-            const TileShape t = sm90::tile_shape(problem(s, a[0], b[0]));
-            return std::to_string(t.bm) + "x" + std::to_string(t.bn);
-        }();
+        const std::string tile = plan_name(problem(s, a[0], b[0]));
         if (!s.timed() || !ok) {
-            fprintf(log, "%-18s %6d %6d %6d %-7s %-8s  err %.2e %s%s\n", (s.model + " " + s.name).c_str(), s.M, s.N,
+            fprintf(log, "%-18s %6d %6d %6d %-7s %-12s  err %.2e %s%s\n", (s.model + " " + s.name).c_str(), s.M, s.N,
                     s.K, s.layout().c_str(), tile.c_str(), err, ok ? "ok" : "FAIL", failed.c_str());
             return;
         }
@@ -306,7 +313,7 @@ struct Bench {
                 sweep_text += b2;
             }
         const std::string label = s.model + " " + s.name;
-        fprintf(log, "%-18s %6d %6d %6d %-7s %-8s %9.4f %9.4f %6.3f %7.1f  err %.2e %s%s%s\n", label.c_str(), s.M,
+        fprintf(log, "%-18s %6d %6d %6d %-7s %-12s %9.4f %9.4f %6.3f %7.1f  err %.2e %s%s%s\n", label.c_str(), s.M,
                 s.N, s.K, s.layout().c_str(), tile.c_str(), ms, ref_ms, ref_ms / ms, s.flops() / ms * 1e-9, err,
                 ok ? "ok" : "FAIL", sweep ? " |" : "", sweep_text.c_str());
         fflush(log);
@@ -338,7 +345,7 @@ struct Bench {
         fprintf(log, "%-36s %9.4f %9.4f %6.3f\n", label.c_str(), ms, plain_ms, ms / plain_ms);
         fflush(log);
         fused_rows.push_back({label, ms, plain_ms});
-        record(s, name, ms, "plain_ms", plain_ms, std::to_string(ts.bm) + "x" + std::to_string(ts.bn), NAN);
+        record(s, name, ms, "plain_ms", plain_ms, plan_name(prob), NAN);
     }
 
     void fused_programs() {
@@ -486,7 +493,7 @@ int run(int argc, char** argv) {
     bench.l2_bytes = prop.l2CacheSize;
     printf("%s, %d SMs, L2 %d MiB, reps %d (median)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
            bench.reps);
-    printf("%-18s %6s %6s %6s %-7s %-8s %9s %9s %6s %7s\n", "shape", "M", "N", "K", "layout", "tile", "ours ms",
+    printf("%-18s %6s %6s %6s %-7s %-12s %9s %9s %6s %7s\n", "shape", "M", "N", "K", "layout", "tile", "ours ms",
            "cublas ms", "ratio", "TFLOP/s");
     for (const Shape& s : training_shapes())
         if (only.empty() || (s.model + " " + s.name).find(only) != std::string::npos) bench.plain(s);

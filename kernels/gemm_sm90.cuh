@@ -17,6 +17,14 @@
 // consumers through a small ring of tile ids in shared memory. A CTA that starts late (its SM busy
 // with another kernel, e.g. NCCL's beside backward) or runs slow takes fewer tiles instead of
 // holding up the whole GEMM. Which CTA computes a tile never changes its result.
+// Split-K (Params): where the output has too few tiles to fill the SMs evenly (the weight
+// gradients' small outputs, K = B*T), each tile's K is split into work units handed out the same
+// way; all but the last split store their accumulators to a global partial buffer, and the last
+// one waits for them, adds them in split order and runs the epilogue program once on the sum, so
+// partials, row and column statistics and accumulation into an output all work unchanged and the
+// result is deterministic. No deadlock: a tile's splits are consecutive units and units are taken
+// in order, so a last split waits only for lower-numbered units, already taken by running CTAs
+// that work through their units in order; the lowest unfinished unit always progresses.
 //
 // Operand layouts (gemm_types.cuh), as wgmma sees them:
 //   A row-major [M, K]          = K-major: one TMA box {64 k, BM rows}; no transpose bit.
@@ -140,8 +148,16 @@ struct Params {
     CUtensorMap tma_a, tma_b;
     int M, N, K;
     int tiles_m, tiles_n, k_blocks;
-    // The launch's tile counter: [0] the next tile id, [1] CTAs done taking tiles. Zero at launch;
-    // the last CTA done zeroes both for the next launch on the stream (detail::tile_counter).
+    // Split-K: work unit u is split u % splits of tile u / splits, k-blocks [split * split_k_blocks,
+    // + split_k_blocks) (the last split: to k_blocks). Splits < splits - 1 store their accumulators
+    // in partials (slot tile * (splits - 1) + split, BM * BN floats in the threads' fragment order)
+    // and count up flags[tile]; the last split waits for them, adds them in split order and runs the
+    // epilogue, then zeroes the flag. Deterministic: the same sums in the same order every run.
+    int splits, split_k_blocks;
+    int* flags;
+    float4* partials;
+    // The launch's work-unit counter: [0] the next unit, [1] CTAs done taking units. Zero at launch;
+    // the last CTA done zeroes both for the next launch on the stream (detail::workspace).
     unsigned* counter;
 };
 
@@ -185,6 +201,14 @@ __device__ inline void mbar_wait(uint32_t bar, uint32_t parity) {
     } while (!done);
 }
 
+__device__ inline void red_release_add(int* p, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ inline int ld_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
 __device__ inline void st_shared_s32(uint32_t addr, int v) {
     asm volatile("st.shared.s32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
@@ -310,6 +334,46 @@ struct EpilogueSync {
     __device__ void operator()() const { asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(THREADS) : "memory"); }
 };
 
+#ifdef CODA_SM90_DEVICE
+// Split-K (Params::splits > 1), once a unit's accumulators are complete: a split before the last
+// stores them as a partial and counts up the tile's flag (false: no epilogue); the last split waits
+// for the others, adds their partials in split order (true: run the epilogue on the sum).
+template <class Cfg, class Acc, class Sync>
+__device__ bool reduce_splits(const Params& params, Acc& acc, int tile, int split, const Sync& sync) {
+    constexpr int kThreadsPerTile = Cfg::WARPS_M * 32, kUnitFloat4s = Cfg::BM * Cfg::BN / 4;
+    const int tid = Cfg::PINGPONG ? threadIdx.x % 128 : threadIdx.x - 128;
+    const float4* part = params.partials + (long)tile * (params.splits - 1) * kUnitFloat4s + tid;
+    if (split < params.splits - 1) {
+        float4* out = const_cast<float4*>(part) + (long)split * kUnitFloat4s;
+#pragma unroll
+        for (int fm = 0; fm < Cfg::FM; fm++)
+#pragma unroll
+            for (int fn = 0; fn < Cfg::FN; fn++)
+                __stcg(out + (fm * Cfg::FN + fn) * kThreadsPerTile,
+                       make_float4(acc[fm][fn][0], acc[fm][fn][1], acc[fm][fn][2], acc[fm][fn][3]));
+        __threadfence();
+        sync();
+        if (tid == 0) ptx::red_release_add(params.flags + tile, 1);
+        return false;
+    }
+    if (tid == 0) {
+        while (ptx::ld_acquire(params.flags + tile) < params.splits - 1) {
+        }
+        params.flags[tile] = 0;  // every split of this launch has arrived: ready for the next launch
+    }
+    sync();
+    for (int s = 0; s < params.splits - 1; s++)
+#pragma unroll
+        for (int fm = 0; fm < Cfg::FM; fm++)
+#pragma unroll
+            for (int fn = 0; fn < Cfg::FN; fn++) {
+                const float4 p = __ldcg(part + (long)s * kUnitFloat4s + (fm * Cfg::FN + fn) * kThreadsPerTile);
+                acc[fm][fn][0] += p.x, acc[fm][fn][1] += p.y, acc[fm][fn][2] += p.z, acc[fm][fn][3] += p.w;
+            }
+    return true;
+}
+#endif
+
 // ---------------------------------------------------------------- the kernel
 template <class Cfg, bool A_MMAJOR, bool B_NMAJOR, class P>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -324,7 +388,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The tile id ring, at fixed offsets from full_bar (no more registers live through the epilogue).
     constexpr uint32_t kIdFull = 16 * Smem::kStages, kIdEmpty = kIdFull + 8 * kIdSlots, kIds = Smem::ids - Smem::bars;
 
-    const int tiles = params.tiles_m * params.tiles_n;
+    const int units = params.tiles_m * params.tiles_n * params.splits;
+    auto unit_k_blocks = [&](int u) {
+        const int begin = u % params.splits * params.split_k_blocks;
+        return min(params.k_blocks - begin, params.split_k_blocks);
+    };
     if (threadIdx.x == 0) {
         for (int s = 0; s < Smem::kStages; s++) {
             ptx::mbar_init(full_bar + 8 * s, 1);                          // the producer's expect_tx
@@ -347,18 +415,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t phase = 0;
         int next = (int)atomicAdd(params.counter, 1u);
         for (int i = 0;; i++) {
-            // Publish the CTA's i-th tile id (-1: none left), then fetch the next one while this
-            // tile's loads are issued.
-            const int t = next < tiles ? next : -1;
+            // Publish the CTA's i-th work unit (-1: none left), then fetch the next one while this
+            // unit's loads are issued.
+            const int u = next < units ? next : -1;
             const uint32_t slot = i % kIdSlots;
             ptx::mbar_wait(full_bar + kIdEmpty + 8 * slot, ((i / kIdSlots) & 1) ^ 1);
-            ptx::st_shared_s32(full_bar + kIds + 4 * slot, t);
+            ptx::st_shared_s32(full_bar + kIds + 4 * slot, u);
             ptx::mbar_arrive(full_bar + kIdFull + 8 * slot);
-            if (t < 0) break;
+            if (u < 0) break;
             next = (int)atomicAdd(params.counter, 1u);
-            const TileCoord tc = tile_coord(t, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
+            const TileCoord tc = tile_coord(u / params.splits, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
             const int m0 = tc.m * Cfg::BM, n0 = tc.n * Cfg::BN;
-            for (int kb = 0; kb < params.k_blocks; kb++) {
+            const int kb_begin = u % params.splits * params.split_k_blocks;
+            for (int kb = kb_begin; kb < kb_begin + unit_k_blocks(u); kb++) {
                 const int k0 = kb * Cfg::BK;
                 const uint32_t full = full_bar + 8 * stage;
                 ptx::mbar_wait(empty_bar + 8 * stage, phase ^ 1);
@@ -410,8 +479,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint8_t* epilogue_smem = smem + Smem::epilogue + (Cfg::PINGPONG ? consumer * Smem::kEpilogueBytes : 0);
         const int warp_m = Cfg::PINGPONG ? warp : consumer * 4 + warp;
 
-        // Every consumer warp reads every tile id in turn (one arrival on the slot's empty barrier
-        // each); ping-pong consumer c runs the CTA's tiles i with i % 2 == c.
+        // Every consumer warp reads every work unit id in turn (one arrival on the slot's empty
+        // barrier each); ping-pong consumer c runs the CTA's units i with i % 2 == c.
         auto wait_id = [&](int i) {
             ptx::mbar_wait(full_bar + kIdFull + 8 * (i % kIdSlots), (i / kIdSlots) & 1);
             return ptx::ld_shared_s32(full_bar + kIds + 4 * (i % kIdSlots));
@@ -422,11 +491,16 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (lane == 0) ptx::mbar_arrive(full_bar + kIdEmpty + 8 * (i % kIdSlots));
             return t;
         };
-        // The CTA's i-th tile's k-blocks are ring slots i * k_blocks ... in the order the producer fills them.
-        int i = 0, t = read_id(0);
-        if (Cfg::PINGPONG && consumer == 1 && t >= 0) t = read_id(++i);
-        while (t >= 0) {
-            const TileCoord tc = tile_coord(t, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
+        // The CTA's i-th unit's k-blocks are the next ring slots, from `slot` (the k-blocks of the
+        // CTA's units before it), in the order the producer fills them.
+        int i = 0, slot = 0, u = read_id(0);
+        if (Cfg::PINGPONG && consumer == 1 && u >= 0) {
+            slot += unit_k_blocks(u);
+            u = read_id(++i);
+        }
+        while (u >= 0) {
+            const int tile = u / params.splits, split = u % params.splits, k_blocks = unit_k_blocks(u);
+            const TileCoord tc = tile_coord(tile, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
             // Fresh accumulators each tile (the first wgmma overwrites them anyway): so the compiler
             // sees the previous tile's die in its epilogue instead of living on into this mainloop.
 #pragma unroll
@@ -435,12 +509,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                 for (int fn = 0; fn < Cfg::FN; fn++)
 #pragma unroll
                     for (int q = 0; q < 4; q++) acc[fm][fn][q] = 0.f;
-            const long slot = (long)i * params.k_blocks;
-            int stage = (int)(slot % Smem::kStages);
+            int stage = slot % Smem::kStages;
             uint32_t phase = (uint32_t)(slot / Smem::kStages) & 1;
             int prev_stage = -1;
             if (Cfg::PINGPONG && i > 0) ptx::named_barrier_sync(kOrderBarrier + consumer, 256);
-            for (int kb = 0; kb < params.k_blocks; kb++) {
+            for (int kb = 0; kb < k_blocks; kb++) {
                 ptx::mbar_wait(full_bar + 8 * stage, phase);
                 ptx::wgmma_fence();
 #pragma unroll
@@ -476,10 +549,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                     for (int q = 0; q < 4; q++) ptx::fence_operand(acc[fm][fn][q]);
 
-            Epilogue::run(program, acc, tc.m * Cfg::BM + a_row0 + warp * 16, tc.n * Cfg::BN, warp_m, 0, tc.m, tc.n,
-                          params.tiles_m, params.tiles_n, params.M, params.N, epilogue_smem, sync);
-            t = read_id(++i);
-            if (Cfg::PINGPONG && t >= 0) t = read_id(++i);  // skip the other consumer's tile
+            slot += k_blocks;
+
+            if (params.splits == 1 || reduce_splits<Cfg>(params, acc, tile, split, sync))
+                Epilogue::run(program, acc, tc.m * Cfg::BM + a_row0 + warp * 16, tc.n * Cfg::BN, warp_m, 0, tc.m,
+                              tc.n, params.tiles_m, params.tiles_n, params.M, params.N, epilogue_smem, sync);
+            u = read_id(++i);
+            if (Cfg::PINGPONG && u >= 0) {  // skip the other consumer's unit
+                slot += unit_k_blocks(u);
+                u = read_id(++i);
+            }
         }
     }
 #endif  // CODA_SM90_DEVICE
@@ -525,21 +604,38 @@ inline const DeviceInfo& device_info() {
     return info;
 }
 
-// The tile counter of the launches on `stream` (Params::counter): zeroed here once, on the stream,
-// and by each launch's last CTA after. One per stream, since launches on one stream never overlap;
-// one per device. Not for CUDA graphs captured on other streams than they replay on.
-inline unsigned* tile_counter(cudaStream_t stream) {
+// What the launches on one stream share (Params): the work-unit counter, and split-K's tile flags
+// and partials, grown to the largest launch so far. Zeroed here, on the stream, when (re)allocated;
+// each launch leaves the counter and flags zero again. One per stream, since launches on one stream
+// never overlap, and per device. Not for CUDA graphs replayed on another stream than captured on.
+struct Workspace {
+    unsigned* counter = nullptr;
+    int* flags = nullptr;
+    float4* partials = nullptr;
+    long flag_count = 0, partial_float4s = 0;
+};
+inline const Workspace& workspace(cudaStream_t stream, long flag_count, long partial_float4s) {
     static std::mutex mutex;
-    static std::map<std::pair<int, cudaStream_t>, unsigned*> counters;
+    static std::map<std::pair<int, cudaStream_t>, Workspace> all;
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     std::lock_guard<std::mutex> lock(mutex);
-    unsigned*& c = counters[{dev, stream}];
-    if (c == nullptr) {
-        CUDA_CHECK(cudaMalloc(&c, 2 * sizeof(unsigned)));
-        CUDA_CHECK(cudaMemsetAsync(c, 0, 2 * sizeof(unsigned), stream));
+    Workspace& w = all[{dev, stream}];
+    if (w.counter == nullptr) {
+        CUDA_CHECK(cudaMalloc(&w.counter, 2 * sizeof(unsigned)));
+        CUDA_CHECK(cudaMemsetAsync(w.counter, 0, 2 * sizeof(unsigned), stream));
     }
-    return c;
+    if (flag_count > w.flag_count || partial_float4s > w.partial_float4s) {
+        CUDA_CHECK(cudaStreamSynchronize(stream));  // earlier launches may still use the old buffers
+        CUDA_CHECK(cudaFree(w.flags));
+        CUDA_CHECK(cudaFree(w.partials));
+        w.flag_count = std::max(w.flag_count, flag_count);
+        w.partial_float4s = std::max(w.partial_float4s, partial_float4s);
+        CUDA_CHECK(cudaMalloc(&w.flags, w.flag_count * sizeof(int)));
+        CUDA_CHECK(cudaMalloc(&w.partials, w.partial_float4s * sizeof(float4)));
+        CUDA_CHECK(cudaMemsetAsync(w.flags, 0, w.flag_count * sizeof(int), stream));
+    }
+    return w;
 }
 
 inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
@@ -591,28 +687,47 @@ inline TileShape tile_shape_of(Tile t) {
     return s;
 }
 
-inline Tile choose_tile(const GemmProblem& prob, int sms) {
-    // Estimated time ~ (tiles per CTA) * tile area * cost per element of the configuration.
-    Tile best = Tile::k128x256;
+// How gemm() runs a problem: the tile configuration and the split-K factor.
+struct Plan {
+    Tile tile = Tile::k128x256;
+    int splits = 1;
+};
+constexpr int kMaxSplits = 8;
+constexpr int kMinSplitKBlocks = 8;  // a split's least k-blocks (of 64)
+// A split's partial, stored and read back, costs about as much as this many k-blocks of mainloop.
+constexpr double kSplitCostKBlocks = 4;
+
+inline int split_k_blocks(int k_blocks, int splits) { return (k_blocks + splits - 1) / splits; }
+
+inline Plan choose_plan(const GemmProblem& prob, int sms) {
+    // Estimated time ~ (work units per CTA) * tile area * cost per element of the configuration
+    // * (k-blocks per unit, plus the partial's cost when split). Splitting K pays where the tiles
+    // are too few to fill the SMs evenly (the weight gradients' small outputs with K = B*T).
+    const int k_blocks = n_tiles(prob.K, 64);
+    Plan best;
     double best_cost = 1e300;
-    for (Tile t : kTiles) {
-        const long tiles = (long)n_tiles(prob.M, tile_m(t)) * n_tiles(prob.N, tile_n(t));
-        // Ping-pong needs two tiles per CTA to keep both consumers busy (measured: 1024x1024x16384
-        // runs 0.115 ms ping-pong, 0.100 ms cooperative 128x128).
-        if (t == Tile::kPingPong128x128 && tiles < 2l * sms) continue;
-        const long per_cta = (tiles + sms - 1) / sms;
-        const double per_element = t == Tile::kPingPong128x128 ? 0.85 : t == Tile::k128x128 ? 1.15 : 1.0;
-        const double cost = (double)per_cta * tile_m(t) * tile_n(t) * per_element;
-        if (cost < best_cost) {
-            best = t;
-            best_cost = cost;
+    for (Tile t : kTiles)
+        for (int s = 1; s <= kMaxSplits; s++) {
+            const int per_split = split_k_blocks(k_blocks, s);
+            if (s > 1 && (per_split < kMinSplitKBlocks || (s - 1) * per_split >= k_blocks)) break;
+            const long units = (long)n_tiles(prob.M, tile_m(t)) * n_tiles(prob.N, tile_n(t)) * s;
+            // Ping-pong needs two units per CTA to keep both consumers busy (measured: 1024x1024x16384
+            // runs 0.115 ms ping-pong, 0.100 ms cooperative 128x128).
+            if (t == Tile::kPingPong128x128 && units < 2l * sms) continue;
+            const long per_cta = (units + sms - 1) / sms;
+            const double per_element = t == Tile::kPingPong128x128 ? 0.85 : t == Tile::k128x128 ? 1.15 : 1.0;
+            const double cost = (double)per_cta * tile_m(t) * tile_n(t) * per_element *
+                                (per_split + (s > 1 ? kSplitCostKBlocks : 0.0));
+            if (cost < best_cost) {
+                best = {t, s};
+                best_cost = cost;
+            }
         }
-    }
     return best;
 }
 
 template <class Cfg, bool A_MMAJOR, bool B_NMAJOR, class P>
-void launch(const P& program, const GemmProblem& prob, cudaStream_t stream) {
+void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t stream) {
     using Smem = SmemLayout<Cfg, P>;
     auto kernel = gemm_kernel<Cfg, A_MMAJOR, B_NMAJOR, P>;
     static const bool configured = [&] {
@@ -627,42 +742,54 @@ void launch(const P& program, const GemmProblem& prob, cudaStream_t stream) {
     params.tiles_m = n_tiles(prob.M, Cfg::BM);
     params.tiles_n = n_tiles(prob.N, Cfg::BN);
     params.k_blocks = n_tiles(prob.K, Cfg::BK);
-    params.counter = tile_counter(stream);
+    params.splits = splits;
+    params.split_k_blocks = split_k_blocks(params.k_blocks, splits);
+    const long tiles = (long)params.tiles_m * params.tiles_n;
+    const Workspace& w = workspace(stream, splits > 1 ? tiles : 0, splits > 1 ? tiles * (splits - 1) * Cfg::BM * Cfg::BN / 4 : 0);
+    params.counter = w.counter;
+    params.flags = w.flags;
+    params.partials = w.partials;
     // A: K-major [M rows of K] in one box of BM rows, or M-major [K rows of M] in 64x64 boxes.
     params.tma_a = A_MMAJOR ? tensor_map("A", prob.a.p, prob.M, prob.K, prob.a.layout.ld, 64)
                             : tensor_map("A", prob.a.p, prob.K, prob.M, prob.a.layout.ld, Cfg::BM);
     params.tma_b = B_NMAJOR ? tensor_map("B", prob.b.p, prob.N, prob.K, prob.b.layout.ld, 64)
                             : tensor_map("B", prob.b.p, prob.K, prob.N, prob.b.layout.ld, Cfg::BN);
-    const int grid = std::min(params.tiles_m * params.tiles_n, device_info().sms);
+    const int grid = (int)std::min<long>(tiles * splits, device_info().sms);
     kernel<<<grid, kThreads, Smem::launch_bytes, stream>>>(params, program);
     CUDA_CHECK_LAUNCH(gemm_kernel);
 }
 
 template <class Cfg, class P>
-void launch_layouts(const P& program, const GemmProblem& prob, cudaStream_t stream) {
+void launch_layouts(const P& program, const GemmProblem& prob, int splits, cudaStream_t stream) {
     const bool a_mmajor = prob.a.layout.transposed, b_nmajor = !prob.b.layout.transposed;
     if (a_mmajor) {
-        if (b_nmajor) launch<Cfg, true, true>(program, prob, stream);
-        else launch<Cfg, true, false>(program, prob, stream);
+        if (b_nmajor) launch<Cfg, true, true>(program, prob, splits, stream);
+        else launch<Cfg, true, false>(program, prob, splits, stream);
     } else {
-        if (b_nmajor) launch<Cfg, false, true>(program, prob, stream);
-        else launch<Cfg, false, false>(program, prob, stream);
+        if (b_nmajor) launch<Cfg, false, true>(program, prob, splits, stream);
+        else launch<Cfg, false, false>(program, prob, splits, stream);
     }
 }
 
-// gemm() with the tile configuration given (the benchmark compares them).
+// gemm() with the plan given (the benchmark and the tests compare them). splits: 1 to kMaxSplits,
+// each split at least one k-block.
 template <class P>
-void gemm_with_tile(const P& program, const GemmProblem& prob, Tile tile, cudaStream_t stream) {
+void gemm_with_plan(const P& program, const GemmProblem& prob, Plan plan, cudaStream_t stream) {
     if (prob.M <= 0 || prob.N <= 0 || prob.K <= 0)
         throw Error("sm90 GEMM: empty problem M=" + std::to_string(prob.M) + " N=" + std::to_string(prob.N) +
                     " K=" + std::to_string(prob.K));
+    const int k_blocks = n_tiles(prob.K, 64);
+    if (plan.splits < 1 || plan.splits > kMaxSplits ||
+        (plan.splits - 1) * split_k_blocks(k_blocks, plan.splits) >= k_blocks)
+        throw Error("sm90 GEMM: " + std::to_string(plan.splits) + " K splits of " + std::to_string(k_blocks) +
+                    " k-blocks (needs 1 to " + std::to_string(kMaxSplits) + ", none empty)");
     check_operand("A", prob.a, prob.M, prob.K);
     check_operand("B", prob.b, prob.K, prob.N);
-    switch (tile) {
-        case Tile::k128x256: launch_layouts<Cfg128x256>(program, prob, stream); break;
-        case Tile::k256x128: launch_layouts<Cfg256x128>(program, prob, stream); break;
-        case Tile::k128x128: launch_layouts<Cfg128x128>(program, prob, stream); break;
-        case Tile::kPingPong128x128: launch_layouts<CfgPingPong128x128>(program, prob, stream); break;
+    switch (plan.tile) {
+        case Tile::k128x256: launch_layouts<Cfg128x256>(program, prob, plan.splits, stream); break;
+        case Tile::k256x128: launch_layouts<Cfg256x128>(program, prob, plan.splits, stream); break;
+        case Tile::k128x128: launch_layouts<Cfg128x128>(program, prob, plan.splits, stream); break;
+        case Tile::kPingPong128x128: launch_layouts<CfgPingPong128x128>(program, prob, plan.splits, stream); break;
     }
 }
 
@@ -677,12 +804,12 @@ inline bool available() {
 
 // The tile shape and lane split gemm() uses for `prob` (callers size partials buffers from it).
 inline TileShape tile_shape(const GemmProblem& prob) {
-    return detail::tile_shape_of(detail::choose_tile(prob, detail::device_info().sms));
+    return detail::tile_shape_of(detail::choose_plan(prob, detail::device_info().sms).tile);
 }
 
 template <class P>
 void gemm(const P& program, const GemmProblem& prob, cudaStream_t stream) {
-    detail::gemm_with_tile(program, prob, detail::choose_tile(prob, detail::device_info().sms), stream);
+    detail::gemm_with_plan(program, prob, detail::choose_plan(prob, detail::device_info().sms), stream);
 }
 
 }  // namespace codagpt::coda::sm90

@@ -42,10 +42,11 @@ double gpu_tol(int K) { return kFp32Bound + K / 16 * std::ldexp(1.0, -23); }
 
 // The checks' Runner on the GPU: host vectors are mirrored in device buffers for one run.
 // sm90_tile >= 0: GEMMs (K > 0) on that tile configuration of the Hopper mainloop (sm90::kTiles)
-// instead of the one the engine picks for the shape.
+// and with K split `splits` ways (fewer where K has too few k-blocks for that many), instead of
+// the plan the engine picks for the shape.
 class GpuRunner {
   public:
-    explicit GpuRunner(Mainloop m, int sm90_tile = -1) : mainloop_(m), tile_(sm90_tile) {}
+    explicit GpuRunner(Mainloop m, int sm90_tile = -1, int splits = 1) : mainloop_(m), tile_(sm90_tile), splits_(splits) {}
     ~GpuRunner() { release(); }
     GpuRunner(const GpuRunner&) = delete;
     GpuRunner& operator=(const GpuRunner&) = delete;
@@ -63,7 +64,7 @@ class GpuRunner {
     void run(const P& p, const HostGemm& g) {
         GemmProblem prob{g.M, g.N, g.K, {}, {}};
         if (g.K > 0) prob.a = {at(*g.a), g.la}, prob.b = {at(*g.b), g.lb};
-        if (forced(g)) sm90::detail::gemm_with_tile(p, prob, sm90::kTiles[tile_], 0);
+        if (forced(g)) sm90::detail::gemm_with_plan(p, prob, {sm90::kTiles[tile_], splits_for(g.K)}, 0);
         else gemm(p, prob, 0, mainloop_);
         CUDA_CHECK(cudaDeviceSynchronize());
         for (const Mirror& m : mirrors_)
@@ -95,19 +96,26 @@ class GpuRunner {
         mirrors_.clear();
     }
     bool forced(const HostGemm& g) const { return tile_ >= 0 && g.K > 0; }  // passes (K = 0) have no mainloop
+    int splits_for(int K) const {
+        const int k_blocks = n_tiles(K, 64);
+        int s = splits_;
+        while (s > 1 && (s - 1) * sm90::detail::split_k_blocks(k_blocks, s) >= k_blocks) s--;
+        return s;
+    }
     Mainloop mainloop_;
-    int tile_;
+    int tile_, splits_;
     std::vector<Mirror> mirrors_;
 };
 
 // ---------------------------------------------------------------- every program against fp64
 
-// (shape, mainloop, Hopper tile configuration or -1: the engine's pick)
-using ProgramCase = std::tuple<Case, Mainloop, int>;
+// (shape, mainloop, Hopper tile configuration or -1: the engine's pick, K splits with a forced tile)
+using ProgramCase = std::tuple<Case, Mainloop, int, int>;
 std::string case_name(const testing::TestParamInfo<ProgramCase>& info) {
-    const auto& [c, m, tile] = info.param;
+    const auto& [c, m, tile, splits] = info.param;
     return std::string(name_of(m)) + (tile >= 0 ? std::string("_") + sm90::tile_name(sm90::kTiles[tile]) : "") +
-           "_M" + std::to_string(c.M) + "K" + std::to_string(c.K) + "N" + std::to_string(c.N);
+           (splits > 1 ? "_split" + std::to_string(splits) : "") + "_M" + std::to_string(c.M) + "K" +
+           std::to_string(c.K) + "N" + std::to_string(c.N);
 }
 
 class GpuPrograms : public testing::TestWithParam<ProgramCase> {
@@ -115,7 +123,7 @@ class GpuPrograms : public testing::TestWithParam<ProgramCase> {
     void SetUp() override { REQUIRE_MAINLOOP(mainloop()); }
     Mainloop mainloop() const { return std::get<1>(GetParam()); }
     const Case& shape() const { return std::get<0>(GetParam()); }
-    GpuRunner run{mainloop(), std::get<2>(GetParam())};
+    GpuRunner run{mainloop(), std::get<2>(GetParam()), std::get<3>(GetParam())};
 };
 
 TEST_P(GpuPrograms, QkvForward) { check_qkv_forward(run, shape()); }
@@ -136,13 +144,22 @@ TEST_P(GpuPrograms, PlainStoreAndAccumulate) { check_plain(run, shape()); }
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuPrograms,
                          testing::Combine(testing::Values(Case{136, 72, 200}, Case{264, 1600, 1600}, Case{136, 6400, 200},
                                                           Case{136, 64, 50304}),
-                                          testing::Values(Mainloop::Sm80, Mainloop::Auto), testing::Values(-1)),
+                                          testing::Values(Mainloop::Sm80, Mainloop::Auto), testing::Values(-1),
+                                          testing::Values(1)),
                          case_name);
 // Every program on each tile configuration of the Hopper mainloop, which the engine picks by
 // shape: their ring stages, epilogue warps (one consumer or two) and staging buffers differ.
 INSTANTIATE_TEST_SUITE_P(Tiles, GpuPrograms,
                          testing::Combine(testing::Values(Case{136, 72, 200}, Case{264, 1600, 1600}),
-                                          testing::Values(Mainloop::Auto), testing::Range(0, sm90::kNumTiles)),
+                                          testing::Values(Mainloop::Auto), testing::Range(0, sm90::kNumTiles),
+                                          testing::Values(1)),
+                         case_name);
+// Split-K: every program with its GEMM's K split 2 and 3 ways (partials through global memory,
+// the last split adding them and running the epilogue), cooperative and ping-pong, on reductions
+// of 1600 and 6400 and on the dW checks' short token reductions (3 to 5 k-blocks).
+INSTANTIATE_TEST_SUITE_P(Splits, GpuPrograms,
+                         testing::Combine(testing::Values(Case{264, 1600, 1600}, Case{136, 6400, 200}),
+                                          testing::Values(Mainloop::Auto), testing::Values(0, 3), testing::Values(2, 3)),
                          case_name);
 
 // ---------------------------------------------------------------- against the emulator, and determinism
@@ -298,6 +315,44 @@ TEST(GpuGemm, RefusesBadProblemsNamingTheOperand) {
     EXPECT_TRUE(test::mentions(error({8, 16, 8, {buf, {8}}, {buf, {8}}}), "operand B: leading dimension 8 is less than"));
     EXPECT_TRUE(test::mentions(error({16, 8, 8, {buf, {8, true}}, {buf, {8}}}), "operand A: leading dimension 8 is less than"));
     EXPECT_TRUE(test::mentions(error({12, 8, 8, {buf, {8}}, {buf, {8}}}), "multiples of 8, got M=12"));
+}
+
+// ---------------------------------------------------------------- split-K plans (no GPU needed)
+
+// The engine's plans on an H200 (132 SMs) for GPT-2 1.5B's GEMMs at 16384 tokens: K is split only
+// where the output's tiles leave SMs idle (the weight gradients of the small C x C and C x 3C
+// outputs), never for the wide forward and dX outputs, and every split has k-blocks.
+TEST(GpuGemm, SplitsKOnlyWhereTheTilesAreTooFew) {
+    const int T = 16384, C = 1600, sms = 132;
+    auto plan = [&](int M, int N, int K) { return sm90::detail::choose_plan(GemmProblem{M, N, K, {}, {}}, sms); };
+    for (const auto& [M, N, K] : {std::tuple{T, 3 * C, C}, {T, C, C}, {T, 4 * C, C}, {T, C, 4 * C}, {T, C, 50304}}) {
+        const sm90::detail::Plan p = plan(M, N, K);
+        EXPECT_EQ(p.splits, 1) << M << "x" << N << "x" << K << " has " << n_tiles(M, 128) * n_tiles(N, 128)
+                               << " tiles or more: no split";
+    }
+    for (const auto& [M, N] : {std::pair{C, C}, {1024, 1024}, {1024, 3072}}) {
+        const sm90::detail::Plan p = plan(M, N, T);
+        EXPECT_GT(p.splits, 1) << M << "x" << N << "x" << T << ": too few tiles for " << sms << " SMs unsplit";
+    }
+    for (int K : {64, 512, 1024, 4096, 16384, 50304})
+        for (int MN : {128, 1024, 1600}) {
+            const sm90::detail::Plan p = plan(MN, MN, K);
+            const int k_blocks = n_tiles(K, 64);
+            EXPECT_LT((p.splits - 1) * sm90::detail::split_k_blocks(k_blocks, p.splits), k_blocks)
+                << "an empty split for K = " << K;
+        }
+}
+
+TEST(GpuGemm, RefusesAnImpossibleSplit) {
+    alignas(16) static bf16 buf[256];
+    PlainStore<> p;
+    auto error = [&](int splits) {
+        return test::error_of([&] {
+            sm90::detail::gemm_with_plan(p, {8, 8, 128, {buf, {128}}, {buf, {8}}}, {sm90::Tile::k128x128, splits}, 0);
+        });
+    };
+    EXPECT_TRUE(test::mentions(error(3), "3 K splits of 2 k-blocks"));
+    EXPECT_TRUE(test::mentions(error(0), "0 K splits"));
 }
 
 }  // namespace
