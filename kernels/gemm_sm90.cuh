@@ -11,20 +11,19 @@
 //     issues wgmma m64nBNk16 (bf16 in, fp32 accumulators in registers) straight from the stages,
 //     keeps one k-block of wgmmas in flight while it waits for the next, and runs the epilogue
 //     program on its accumulators.
-// Tiles are numbered in a grouped order (GROUP_M M-tiles side by side, M fastest), so the CTAs in
-// flight share A rows and B columns in L2, and handed out at run time: the producer takes the next
-// number from a global counter (one atomicAdd a tile, fetched a tile ahead) and passes it to the
-// consumers through a small ring of tile ids in shared memory. A CTA that starts late (its SM busy
-// with another kernel, e.g. NCCL's beside backward) or runs slow takes fewer tiles instead of
-// holding up the whole GEMM. Which CTA computes a tile never changes its result.
+// Work units (tiles, or with split-K a tile's K splits) are dealt to CTAs round robin in a grouped
+// tile order (GROUP_M M-tiles side by side, M fastest), so the CTAs in flight share A rows and B
+// columns in L2. A CTA's units, and so its ring slots and trip counts, follow from blockIdx.x:
+// values the compiler sees as uniform (a tile id read from memory would make the descriptors and
+// loop counts per-thread values; measured: every GEMM 15-25% slower).
 // Split-K (Params): where the output has too few tiles to fill the SMs evenly (the weight
 // gradients' small outputs, K = B*T), each tile's K is split into work units handed out the same
 // way; all but the last split store their accumulators to a global partial buffer, and the last
 // one waits for them, adds them in split order and runs the epilogue program once on the sum, so
 // partials, row and column statistics and accumulation into an output all work unchanged and the
-// result is deterministic. No deadlock: a tile's splits are consecutive units and units are taken
-// in order, so a last split waits only for lower-numbered units, already taken by running CTAs
-// that work through their units in order; the lowest unfinished unit always progresses.
+// result is deterministic. No deadlock: a last split waits only for lower-numbered units, and each
+// CTA works through its units in order, so the lowest unfinished unit always progresses (once its
+// CTA is resident: a CTA not yet started, its SM busy with another kernel, delays but cannot block).
 //
 // Operand layouts (gemm_types.cuh), as wgmma sees them:
 //   A row-major [M, K]          = K-major: one TMA box {64 k, BM rows}; no transpose bit.
@@ -104,10 +103,6 @@ constexpr int kEpilogueBarrier = 1;
 // slot before this tile's first is filled, so the stage barriers are at most one phase behind
 // and their parity waits cannot mistake an older phase for the awaited one.
 constexpr int kOrderBarrier = 3;
-// Tile ids in flight between the producer and the consumers (each slot: the id, a "full" mbarrier
-// the producer arrives on, an "empty" one every consumer warp arrives on once it has read it).
-constexpr int kIdSlots = 4;
-constexpr int kConsumerWarps = 8;
 
 template <class Cfg, class P>
 using EpilogueOf = TileEpilogue<P, Cfg::FM, Cfg::FN, 64, Cfg::WARPS_M, 1>;
@@ -120,14 +115,13 @@ struct SmemLayout {
     static constexpr int kLimit = 227 * 1024;
 
     struct Offsets {
-        int b, bars, ids, epilogue, bytes, launch_bytes;
+        int b, bars, epilogue, bytes, launch_bytes;
     };
     static constexpr Offsets offsets(int stages) {
         Offsets o{};
         o.b = stages * Cfg::A_BYTES;
-        o.bars = o.b + stages * Cfg::B_BYTES;  // full[stages], empty[stages], id_full[kIdSlots], id_empty[kIdSlots]
-        o.ids = o.bars + 2 * (stages + kIdSlots) * 8;  // int tile id[kIdSlots]
-        o.epilogue = (o.ids + kIdSlots * 4 + 127) / 128 * 128;
+        o.bars = o.b + stages * Cfg::B_BYTES;  // full[stages], empty[stages]
+        o.epilogue = (o.bars + 2 * stages * 8 + 127) / 128 * 128;
         o.bytes = o.epilogue + (Cfg::PINGPONG ? 2 : 1) * kEpilogueBytes;
         o.launch_bytes = o.bytes + 1024;  // room to align the base to a swizzle atom
         return o;
@@ -139,8 +133,8 @@ struct SmemLayout {
     }
     static constexpr int kStages = stages_that_fit();
     static constexpr Offsets kAt = offsets(kStages);
-    static constexpr int a = 0, b = kAt.b, bars = kAt.bars, ids = kAt.ids, epilogue = kAt.epilogue,
-                         bytes = kAt.bytes, launch_bytes = kAt.launch_bytes;
+    static constexpr int a = 0, b = kAt.b, bars = kAt.bars, epilogue = kAt.epilogue, bytes = kAt.bytes,
+                         launch_bytes = kAt.launch_bytes;
     static_assert(launch_bytes <= kLimit, "shared memory of the tile configuration");
 };
 
@@ -156,9 +150,6 @@ struct Params {
     int splits, split_k_blocks;
     int* flags;
     float4* partials;
-    // The launch's work-unit counter: [0] the next unit, [1] CTAs done taking units. Zero at launch;
-    // the last CTA done zeroes both for the next launch on the stream (detail::workspace).
-    unsigned* counter;
 };
 
 // Grouped tile order: tile t -> (tm, tn) with GROUP_M M-tiles per group, M fastest in a group.
@@ -207,14 +198,6 @@ __device__ inline void red_release_add(int* p, int v) {
 __device__ inline int ld_acquire(const int* p) {
     int v;
     asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ inline void st_shared_s32(uint32_t addr, int v) {
-    asm volatile("st.shared.s32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ inline int ld_shared_s32(uint32_t addr) {
-    int v;
-    asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
     return v;
 }
 
@@ -357,8 +340,7 @@ __device__ bool reduce_splits(const Params& params, Acc& acc, int tile, int spli
         return false;
     }
     if (tid == 0) {
-        while (ptx::ld_acquire(params.flags + tile) < params.splits - 1) {
-        }
+        while (ptx::ld_acquire(params.flags + tile) < params.splits - 1) __nanosleep(64);
         params.flags[tile] = 0;  // every split of this launch has arrived: ready for the next launch
     }
     sync();
@@ -385,8 +367,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t* smem = (uint8_t*)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     const uint32_t smem_a = ptx::smem_addr(smem + Smem::a), smem_b = ptx::smem_addr(smem + Smem::b);
     const uint32_t full_bar = ptx::smem_addr(smem + Smem::bars), empty_bar = full_bar + 8 * Smem::kStages;
-    // The tile id ring, at fixed offsets from full_bar (no more registers live through the epilogue).
-    constexpr uint32_t kIdFull = 16 * Smem::kStages, kIdEmpty = kIdFull + 8 * kIdSlots, kIds = Smem::ids - Smem::bars;
 
     const int units = params.tiles_m * params.tiles_n * params.splits;
     auto unit_k_blocks = [&](int u) {
@@ -397,10 +377,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int s = 0; s < Smem::kStages; s++) {
             ptx::mbar_init(full_bar + 8 * s, 1);                          // the producer's expect_tx
             ptx::mbar_init(empty_bar + 8 * s, Cfg::WARPS_M);  // one arrival per warp reading the stage
-        }
-        for (int s = 0; s < kIdSlots; s++) {
-            ptx::mbar_init(full_bar + kIdFull + 8 * s, 1);
-            ptx::mbar_init(full_bar + kIdEmpty + 8 * s, kConsumerWarps);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -413,21 +389,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (threadIdx.x != 0) return;
         int stage = 0;
         uint32_t phase = 0;
-        int next = (int)atomicAdd(params.counter, 1u);
-        for (int i = 0;; i++) {
-            // Publish the CTA's i-th work unit (-1: none left), then fetch the next one while this
-            // unit's loads are issued.
-            const int u = next < units ? next : -1;
-            const uint32_t slot = i % kIdSlots;
-            ptx::mbar_wait(full_bar + kIdEmpty + 8 * slot, ((i / kIdSlots) & 1) ^ 1);
-            ptx::st_shared_s32(full_bar + kIds + 4 * slot, u);
-            ptx::mbar_arrive(full_bar + kIdFull + 8 * slot);
-            if (u < 0) break;
-            next = (int)atomicAdd(params.counter, 1u);
+        for (int u = blockIdx.x; u < units; u += gridDim.x) {
             const TileCoord tc = tile_coord(u / params.splits, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
             const int m0 = tc.m * Cfg::BM, n0 = tc.n * Cfg::BN;
-            const int kb_begin = u % params.splits * params.split_k_blocks;
-            for (int kb = kb_begin; kb < kb_begin + unit_k_blocks(u); kb++) {
+            const int kb_begin = u % params.splits * params.split_k_blocks, kb_end = kb_begin + unit_k_blocks(u);
+            for (int kb = kb_begin; kb < kb_end; kb++) {
                 const int k0 = kb * Cfg::BK;
                 const uint32_t full = full_bar + 8 * stage;
                 ptx::mbar_wait(empty_bar + 8 * stage, phase ^ 1);
@@ -451,12 +417,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
         }
-        // This CTA takes no more tiles; the last one to get here resets the counter for the next launch.
-        __threadfence();
-        if (atomicAdd(params.counter + 1, 1u) == gridDim.x - 1) {
-            params.counter[0] = 0;
-            params.counter[1] = 0;
-        }
     } else {
         // ------------------------------------------------ consumers
         ptx::setmaxnreg_inc<kConsumerRegs>();
@@ -479,26 +439,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint8_t* epilogue_smem = smem + Smem::epilogue + (Cfg::PINGPONG ? consumer * Smem::kEpilogueBytes : 0);
         const int warp_m = Cfg::PINGPONG ? warp : consumer * 4 + warp;
 
-        // Every consumer warp reads every work unit id in turn (one arrival on the slot's empty
-        // barrier each); ping-pong consumer c runs the CTA's units i with i % 2 == c.
-        auto wait_id = [&](int i) {
-            ptx::mbar_wait(full_bar + kIdFull + 8 * (i % kIdSlots), (i / kIdSlots) & 1);
-            return ptx::ld_shared_s32(full_bar + kIds + 4 * (i % kIdSlots));
-        };
-        auto read_id = [&](int i) {
-            const int t = wait_id(i);
-            __syncwarp();
-            if (lane == 0) ptx::mbar_arrive(full_bar + kIdEmpty + 8 * (i % kIdSlots));
-            return t;
-        };
-        // The CTA's i-th unit's k-blocks are the next ring slots, from `slot` (the k-blocks of the
-        // CTA's units before it), in the order the producer fills them.
-        int i = 0, slot = 0, u = read_id(0);
-        if (Cfg::PINGPONG && consumer == 1 && u >= 0) {
-            slot += unit_k_blocks(u);
-            u = read_id(++i);
-        }
-        while (u >= 0) {
+        // The CTA's i-th unit is blockIdx.x + i * gridDim.x; its k-blocks are the next ring slots from
+        // `slot` (the k-blocks of the CTA's units before it), in the order the producer fills them.
+        const int first = Cfg::PINGPONG ? consumer : 0, step = Cfg::PINGPONG ? 2 : 1;
+        int slot = Cfg::PINGPONG && consumer == 1 ? unit_k_blocks(blockIdx.x) : 0;
+        for (int i = first, u = blockIdx.x + first * gridDim.x; u < units; i += step, u += step * gridDim.x) {
             const int tile = u / params.splits, split = u % params.splits, k_blocks = unit_k_blocks(u);
             const TileCoord tc = tile_coord(tile, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
             // Fresh accumulators each tile (the first wgmma overwrites them anyway): so the compiler
@@ -537,9 +482,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     phase ^= 1;
                 }
             }
-            // Ping-pong: the other consumer may start its next tile's mainloop now, if it has one
-            // (its id is read again after the epilogue: no register holds it through the epilogue).
-            if (Cfg::PINGPONG && wait_id(i + 1) >= 0) ptx::named_barrier_arrive(kOrderBarrier + 1 - consumer, 256);
+            if (Cfg::PINGPONG && u + gridDim.x < units) ptx::named_barrier_arrive(kOrderBarrier + 1 - consumer, 256);
             ptx::wgmma_wait<0>();
             if (lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
 #pragma unroll
@@ -549,16 +492,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                     for (int q = 0; q < 4; q++) ptx::fence_operand(acc[fm][fn][q]);
 
-            slot += k_blocks;
+            slot += k_blocks + (Cfg::PINGPONG ? unit_k_blocks(u + gridDim.x) : 0);  // ping-pong: and the other's next
 
             if (params.splits == 1 || reduce_splits<Cfg>(params, acc, tile, split, sync))
                 Epilogue::run(program, acc, tc.m * Cfg::BM + a_row0 + warp * 16, tc.n * Cfg::BN, warp_m, 0, tc.m,
                               tc.n, params.tiles_m, params.tiles_n, params.M, params.N, epilogue_smem, sync);
-            u = read_id(++i);
-            if (Cfg::PINGPONG && u >= 0) {  // skip the other consumer's unit
-                slot += unit_k_blocks(u);
-                u = read_id(++i);
-            }
         }
     }
 #endif  // CODA_SM90_DEVICE
@@ -604,12 +542,11 @@ inline const DeviceInfo& device_info() {
     return info;
 }
 
-// What the launches on one stream share (Params): the work-unit counter, and split-K's tile flags
-// and partials, grown to the largest launch so far. Zeroed here, on the stream, when (re)allocated;
-// each launch leaves the counter and flags zero again. One per stream, since launches on one stream
-// never overlap, and per device. Not for CUDA graphs replayed on another stream than captured on.
+// Split-K's tile flags and partials (Params), shared by the launches on one stream (they never
+// overlap), per device, grown to the largest launch so far. The flags are zeroed here, on the
+// stream, when (re)allocated; each launch leaves them zero again. Not for CUDA graphs replayed on
+// another stream than they were captured on.
 struct Workspace {
-    unsigned* counter = nullptr;
     int* flags = nullptr;
     float4* partials = nullptr;
     long flag_count = 0, partial_float4s = 0;
@@ -621,10 +558,6 @@ inline const Workspace& workspace(cudaStream_t stream, long flag_count, long par
     CUDA_CHECK(cudaGetDevice(&dev));
     std::lock_guard<std::mutex> lock(mutex);
     Workspace& w = all[{dev, stream}];
-    if (w.counter == nullptr) {
-        CUDA_CHECK(cudaMalloc(&w.counter, 2 * sizeof(unsigned)));
-        CUDA_CHECK(cudaMemsetAsync(w.counter, 0, 2 * sizeof(unsigned), stream));
-    }
     if (flag_count > w.flag_count || partial_float4s > w.partial_float4s) {
         CUDA_CHECK(cudaStreamSynchronize(stream));  // earlier launches may still use the old buffers
         CUDA_CHECK(cudaFree(w.flags));
@@ -693,9 +626,12 @@ struct Plan {
     int splits = 1;
 };
 constexpr int kMaxSplits = 8;
-constexpr int kMinSplitKBlocks = 8;  // a split's least k-blocks (of 64)
-// A split's partial, stored and read back, costs about as much as this many k-blocks of mainloop.
-constexpr double kSplitCostKBlocks = 4;
+constexpr int kMinSplitKBlocks = 16;  // a split's least k-blocks (of 64)
+// What splitting adds to a unit (storing or reading back partials, the last split's wait), in
+// k-blocks of mainloop: fitted to bench_gemm on the H200 (dbf23ba, 1.5B and 350M dW shapes split 2
+// to 6 ways: 29 to 109, most near 50), so that K is split only where the unsplit tiles fill the SMs
+// badly (1.5B proj dW: 0.207 -> 0.186 ms; 350M qkv dW: 0.182 -> 0.165 ms).
+constexpr double kSplitCostKBlocks = 48;
 
 inline int split_k_blocks(int k_blocks, int splits) { return (k_blocks + splits - 1) / splits; }
 
@@ -745,10 +681,14 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
     params.splits = splits;
     params.split_k_blocks = split_k_blocks(params.k_blocks, splits);
     const long tiles = (long)params.tiles_m * params.tiles_n;
-    const Workspace& w = workspace(stream, splits > 1 ? tiles : 0, splits > 1 ? tiles * (splits - 1) * Cfg::BM * Cfg::BN / 4 : 0);
-    params.counter = w.counter;
-    params.flags = w.flags;
-    params.partials = w.partials;
+    if (splits > 1) {
+        const Workspace& w = workspace(stream, tiles, tiles * (splits - 1) * Cfg::BM * Cfg::BN / 4);
+        params.flags = w.flags;
+        params.partials = w.partials;
+    } else {
+        params.flags = nullptr;
+        params.partials = nullptr;
+    }
     // A: K-major [M rows of K] in one box of BM rows, or M-major [K rows of M] in 64x64 boxes.
     params.tma_a = A_MMAJOR ? tensor_map("A", prob.a.p, prob.M, prob.K, prob.a.layout.ld, 64)
                             : tensor_map("A", prob.a.p, prob.K, prob.M, prob.a.layout.ld, Cfg::BM);
