@@ -180,8 +180,9 @@ struct GeluBackward {
     template <class E>
     CODA_HD void element(const E& e, Row& row, Col& col) const {
         const float fv = f(e);
-        g.store(e, gelu(fv));
-        fold.element(e, e.acc * gelu_grad(fv), fv, row, col);
+        const GeluValues gv = gelu_values(fv);
+        g.store(e, gv.g);
+        fold.element(e, e.acc * gv.grad, fv, row, col);
     }
     CODA_HD void write_row(const Row& row, RowSlot s) const { fold.write_row(row, s); }
     CODA_HD void write_col(const Col& col, ColSlot s) const { fold.write_col(col, s); }

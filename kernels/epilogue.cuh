@@ -219,20 +219,46 @@ CODA_HD inline float div_fast(float a, float b) {
 // gelu(x) = x/2 (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3). 0.5 (1 + tanh u) is the logistic
 // sigmoid s = 1 / (1 + exp(-2u)), which stays accurate in relative terms where 1 + tanh u is tiny
 // (x << 0); -2u is clamped at 80 so exp stays finite (gelu and gelu' are below 1e-33 there).
+// gelu'(x) = s + 2 x s (1 - s) du/dx, with 1 - s = exp(-2u) s. Both from one exp and one
+// reciprocal, the constants folded (GeluBackward needs both; every op counts in an epilogue).
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
-CODA_HD inline float gelu(float x) {
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    return div_fast(x, 1.f + exp_fast(fminf(-2.f * u, 80.f)));
+CODA_HD inline float exp2_fast(float x) {
+#ifdef __CUDA_ARCH__
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
 }
-// gelu'(x) = s + 2 x s (1 - s) du/dx, with 1 - s = exp(-2u) s.
-CODA_HD inline float gelu_grad(float x) {
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    const float e = exp_fast(fminf(-2.f * u, 80.f));
-    const float s = div_fast(1.f, 1.f + e);
-    return s + 2.f * x * s * (e * s) * kGeluScale * (1.f + 3.f * kGeluCubic * x * x);
+// 1 / x for 1 <= x < 2^126 (rcp.approx: relative error below 2^-23).
+CODA_HD inline float rcp_fast(float x) {
+#ifdef __CUDA_ARCH__
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return 1.f / x;
+#endif
 }
+
+struct GeluValues {
+    float g, grad;  // gelu(x), gelu'(x)
+};
+CODA_HD inline GeluValues gelu_values(float x) {
+    constexpr float kLog2e = 1.4426950408889634f;
+    constexpr float kT0 = -2.f * kGeluScale * kLog2e, kT1 = kT0 * kGeluCubic;  // t = -2u log2(e) = x (kT0 + kT1 x^2)
+    constexpr float kD0 = 2.f * kGeluScale, kD1 = kD0 * 3.f * kGeluCubic;    // 2 du/dx = kD0 + kD1 x^2
+    const float x2 = x * x;
+    const float e = exp2_fast(fminf(x * fmaf(x2, kT1, kT0), 80.f * kLog2e));  // exp(-2u)
+    const float s = rcp_fast(1.f + e);
+    const float g = x * s;
+    return {g, fmaf(g * (e * s), fmaf(x2, kD1, kD0), s)};
+}
+CODA_HD inline float gelu(float x) { return gelu_values(x).g; }
+CODA_HD inline float gelu_grad(float x) { return gelu_values(x).grad; }
 
 // ---------------------------------------------------------------- reductions
 // Each: value-initialised state is the empty reduction; add(element); combine(other) merges the

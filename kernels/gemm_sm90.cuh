@@ -234,12 +234,15 @@ __device__ inline void setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Regs));
 }
 
-// wgmma shared-memory descriptor of a 128-byte-swizzled operand: start address, LBO and SBO in
-// 16-byte units, layout type 1 (128B swizzle) in bits 62-63.
-__device__ inline uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 |
-           (uint64_t)1 << 62;
-}
+// wgmma shared-memory descriptor of a 128-byte-swizzled operand, as this mainloop lays them out:
+// start address (bits 0-13), LBO = 8192 (bits 16-29) and SBO = 1024 bytes (bits 32-45), all in
+// 16-byte units, layout type 1 (128B swizzle) in bits 62-63. The high word is a constant; the low
+// word of an address + a 16-byte-multiple offset is the base's low word + offset / 16 (shared
+// addresses stay below 256 KB: no carry out of bits 0-13), so the mainloop adds offsets to
+// precomputed low words (one integer add a descriptor) instead of re-encoding addresses.
+constexpr uint32_t kDescHi = (1024 >> 4) | (1u << 30);
+__device__ inline uint32_t desc_lo(uint32_t addr) { return ((addr & 0x3FFFF) >> 4) | (8192 >> 4) << 16; }
+__device__ inline uint64_t desc(uint32_t lo) { return (uint64_t)kDescHi << 32 | lo; }
 
 // d[64 x N] (+)= A[64 x 16] B[16 x N], both from shared memory; accumulate=false overwrites d.
 // TA / TB: the transpose bits (1 = M-major A, N-major B).
@@ -433,6 +436,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t a_row0 = Cfg::PINGPONG ? 0 : consumer * Cfg::WG_ROWS;
         const uint32_t a_base = smem_a + (A_MMAJOR ? a_row0 / 64 * 8192 : a_row0 * 128);
         constexpr uint32_t kAFmStride = A_MMAJOR ? 8192 : 64 * 128;
+        const uint32_t a_desc0 = ptx::desc_lo(a_base), b_desc0 = ptx::desc_lo(smem_b);
         using Mma = ptx::Wgmma<Cfg::BN, A_MMAJOR ? 1 : 0, B_NMAJOR ? 1 : 0>;
         using Epilogue = EpilogueOf<Cfg, P>;
         const EpilogueSync<Cfg::WARPS_M * 32> sync{kEpilogueBarrier + (Cfg::PINGPONG ? consumer : 0)};
@@ -461,13 +465,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int kb = 0; kb < k_blocks; kb++) {
                 ptx::mbar_wait(full_bar + 8 * stage, phase);
                 ptx::wgmma_fence();
+                const uint32_t a_lo = a_desc0 + stage * (Cfg::A_BYTES / 16), b_lo = b_desc0 + stage * (Cfg::B_BYTES / 16);
 #pragma unroll
                 for (int kk = 0; kk < Cfg::BK / 16; kk++) {
-                    const uint64_t b_desc = ptx::smem_desc(smem_b + stage * Cfg::B_BYTES + kk * kBStep, 8192, 1024);
+                    const uint64_t b_desc = ptx::desc(b_lo + kk * kBStep / 16);
 #pragma unroll
                     for (int fm = 0; fm < Cfg::FM; fm++) {
-                        const uint64_t a_desc =
-                            ptx::smem_desc(a_base + stage * Cfg::A_BYTES + fm * kAFmStride + kk * kAStep, 8192, 1024);
+                        const uint64_t a_desc = ptx::desc(a_lo + (fm * kAFmStride + kk * kAStep) / 16);
                         Mma::run(reinterpret_cast<float(&)[Cfg::BN / 2]>(acc[fm]), a_desc, b_desc, kb > 0 || kk > 0);
                     }
                 }
