@@ -328,9 +328,9 @@ template <class Cfg, class Acc, class Sync>
 __device__ bool reduce_splits(const Params& params, Acc& acc, int tile, int split, const Sync& sync) {
     constexpr int kThreadsPerTile = Cfg::WARPS_M * 32, kUnitFloat4s = Cfg::BM * Cfg::BN / 4;
     const int tid = Cfg::PINGPONG ? threadIdx.x % 128 : threadIdx.x - 128;
-    const float4* part = params.partials + (long)tile * (params.splits - 1) * kUnitFloat4s + tid;
+    float4* const part = params.partials + (long)tile * (params.splits - 1) * kUnitFloat4s + tid;
     if (split < params.splits - 1) {
-        float4* out = const_cast<float4*>(part) + (long)split * kUnitFloat4s;
+        float4* const out = part + (long)split * kUnitFloat4s;
 #pragma unroll
         for (int fm = 0; fm < Cfg::FM; fm++)
 #pragma unroll
@@ -634,7 +634,7 @@ constexpr int kMinSplitKBlocks = 16;  // a split's least k-blocks (of 64)
 // What splitting adds to a unit (storing or reading back partials, the last split's wait), in
 // k-blocks of mainloop: fitted to bench_gemm on the H200 (dbf23ba, 1.5B and 350M dW shapes split 2
 // to 6 ways: 29 to 109, most near 50), so that K is split only where the unsplit tiles fill the SMs
-// badly (1.5B proj dW: 0.207 -> 0.186 ms; 350M qkv dW: 0.182 -> 0.165 ms).
+// badly (73b0618: 1.5B proj dW 0.207 -> 0.180 ms, 350M proj dW 0.095 -> 0.061, qkv dW 0.182 -> 0.168).
 constexpr double kSplitCostKBlocks = 48;
 
 inline int split_k_blocks(int k_blocks, int splits) { return (k_blocks + splits - 1) / splits; }
