@@ -120,8 +120,10 @@ __device__ inline void write8(T* p, const uint32_t (&w)[8]) {
 #pragma unroll
     for (int h = 0; h < kWords8<T> / 4; h++) q[h] = make_uint4(w[4 * h], w[4 * h + 1], w[4 * h + 2], w[4 * h + 3]);
 }
-__device__ inline float value8(const uint32_t* w, int e, bf16*) {
-    return __uint_as_float(e % 2 ? w[e / 2] & 0xffff0000u : w[e / 2] << 16);
+// Value e as stored, from its bits: no conversion instruction (a round_to of the value as a float
+// would be one: exact, but the compiler cannot know it).
+__device__ inline bf16 value8(const uint32_t* w, int e, bf16*) {
+    return __ushort_as_bfloat16((unsigned short)(e % 2 ? w[e / 2] >> 16 : w[e / 2] & 0xffffu));
 }
 __device__ inline float value8(const uint32_t* w, int e, float*) { return __uint_as_float(w[e]); }
 __device__ inline void words8(const float (&v)[8], uint32_t (&w)[8], bf16*) {
@@ -202,7 +204,7 @@ struct SegmentElement {
         uint32_t w[8];
 #pragma unroll
         for (int e = 0; e < kWords; e++) w[e] = __float_as_uint(slots->loaded[e].get(s));
-        return round_to<T>(detail::value8(w, k, (T*)nullptr));  // exact: the value is a T
+        return detail::value8(w, k, (T*)nullptr);
     }
     template <class T>
     __device__ void store(T* p, const Layout& layout, T value) const {
