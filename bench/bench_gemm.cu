@@ -205,9 +205,7 @@ void ours(const P& program, const GemmProblem& prob, int tile) {
 // The engine's plan for prob: "128x256", or "128x256/k4" with K split 4 ways.
 std::string plan_name(const GemmProblem& prob) {
     const sm90::detail::Plan p = sm90::detail::choose_plan(prob, sm90::detail::device_info().sms);
-    const TileShape t = sm90::detail::tile_shape_of(p.tile);
-    return (p.tile == sm90::Tile::kPingPong128x128 ? "pp" : "") + std::to_string(t.bm) + "x" + std::to_string(t.bn) +
-           (p.splits > 1 ? "/k" + std::to_string(p.splits) : "");
+    return sm90::tile_name(p.tile) + (p.splits > 1 ? "/k" + std::to_string(p.splits) : std::string());
 }
 
 struct Row {

@@ -75,9 +75,11 @@ inline const char* tile_name(Tile t) {
     }
 }
 
+constexpr int kBK = 64;  // the k-block: K elements a ring stage holds, for every configuration
+
 template <int BM_, int BN_, int STAGES_, bool PINGPONG_>
 struct Config {
-    static constexpr int BM = BM_, BN = BN_, BK = 64, STAGES = STAGES_;
+    static constexpr int BM = BM_, BN = BN_, BK = kBK, STAGES = STAGES_;
     static constexpr bool PINGPONG = PINGPONG_;
     static constexpr int WG_ROWS = PINGPONG ? BM : BM / 2;  // rows of one consumer warpgroup
     static constexpr int FM = WG_ROWS / 64;  // m64 wgmmas per k16 step per consumer
@@ -638,18 +640,22 @@ constexpr int kMinSplitKBlocks = 16;  // a split's least k-blocks (of 64)
 constexpr double kSplitCostKBlocks = 48;
 
 inline int split_k_blocks(int k_blocks, int splits) { return (k_blocks + splits - 1) / splits; }
+// K's k-blocks split `splits` ways (1 to kMaxSplits) leave no split empty.
+inline bool splits_fit(int k_blocks, int splits) {
+    return splits >= 1 && splits <= kMaxSplits && (splits - 1) * split_k_blocks(k_blocks, splits) < k_blocks;
+}
 
 inline Plan choose_plan(const GemmProblem& prob, int sms) {
     // Estimated time ~ (work units per CTA) * tile area * cost per element of the configuration
     // * (k-blocks per unit, plus the partial's cost when split). Splitting K pays where the tiles
     // are too few to fill the SMs evenly (the weight gradients' small outputs with K = B*T).
-    const int k_blocks = n_tiles(prob.K, 64);
+    const int k_blocks = n_tiles(prob.K, kBK);
     Plan best;
     double best_cost = 1e300;
     for (Tile t : kTiles)
         for (int s = 1; s <= kMaxSplits; s++) {
             const int per_split = split_k_blocks(k_blocks, s);
-            if (s > 1 && (per_split < kMinSplitKBlocks || (s - 1) * per_split >= k_blocks)) break;
+            if (s > 1 && (per_split < kMinSplitKBlocks || !splits_fit(k_blocks, s))) break;
             const long units = (long)n_tiles(prob.M, tile_m(t)) * n_tiles(prob.N, tile_n(t)) * s;
             // Ping-pong needs two units per CTA to keep both consumers busy (measured: 1024x1024x16384
             // runs 0.115 ms ping-pong, 0.100 ms cooperative 128x128).
@@ -722,9 +728,8 @@ void gemm_with_plan(const P& program, const GemmProblem& prob, Plan plan, cudaSt
     if (prob.M <= 0 || prob.N <= 0 || prob.K <= 0)
         throw Error("sm90 GEMM: empty problem M=" + std::to_string(prob.M) + " N=" + std::to_string(prob.N) +
                     " K=" + std::to_string(prob.K));
-    const int k_blocks = n_tiles(prob.K, 64);
-    if (plan.splits < 1 || plan.splits > kMaxSplits ||
-        (plan.splits - 1) * split_k_blocks(k_blocks, plan.splits) >= k_blocks)
+    const int k_blocks = n_tiles(prob.K, kBK);
+    if (!splits_fit(k_blocks, plan.splits))
         throw Error("sm90 GEMM: " + std::to_string(plan.splits) + " K splits of " + std::to_string(k_blocks) +
                     " k-blocks (needs 1 to " + std::to_string(kMaxSplits) + ", none empty)");
     check_operand("A", prob.a, prob.M, prob.K);

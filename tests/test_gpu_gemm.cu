@@ -97,9 +97,8 @@ class GpuRunner {
     }
     bool forced(const HostGemm& g) const { return tile_ >= 0 && g.K > 0; }  // passes (K = 0) have no mainloop
     int splits_for(int K) const {
-        const int k_blocks = n_tiles(K, 64);
         int s = splits_;
-        while (s > 1 && (s - 1) * sm90::detail::split_k_blocks(k_blocks, s) >= k_blocks) s--;
+        while (!sm90::detail::splits_fit(n_tiles(K, sm90::kBK), s)) s--;
         return s;
     }
     Mainloop mainloop_;
@@ -337,7 +336,7 @@ TEST(GpuGemm, SplitsKOnlyWhereTheTilesAreTooFew) {
     for (int K : {64, 512, 1024, 4096, 16384, 50304})
         for (int MN : {128, 1024, 1600}) {
             const sm90::detail::Plan p = plan(MN, MN, K);
-            const int k_blocks = n_tiles(K, 64);
+            const int k_blocks = n_tiles(K, sm90::kBK);
             EXPECT_LT((p.splits - 1) * sm90::detail::split_k_blocks(k_blocks, p.splits), k_blocks)
                 << "an empty split for K = " << K;
         }
