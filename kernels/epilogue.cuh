@@ -30,9 +30,12 @@
 // documented in gemm_emulator.hpp.
 //
 // Tile accesses (LoadTile, StoreTile, AccumulateTile) go through the element: e.load(p, layout)
-// and e.store(p, layout, value). Element below does them one by one; the GPU engine's element
-// (gemm_epilogue.cuh) makes the accesses of 8 horizontally adjacent elements one 16-byte access
-// (two for fp32). For that, element() makes the same sequence of tile loads, and of tile stores,
+// and e.store(p, layout, x), which rounds x to the tile's type and returns the value stored; so
+// does every other write (Gather's, e.row_output(out, x)): element() has no other side effects, so
+// the GPU engine can also run it with an element whose loads are L2 prefetches and whose writes do
+// nothing, to fetch a tile's inputs while its mainloop still runs (gemm_epilogue.cuh). Element
+// below does the accesses one by one; the GPU engine's element (gemm_epilogue.cuh) makes the
+// accesses of 8 horizontally adjacent elements one 16-byte access (two for fp32). For that, element() makes the same sequence of tile loads, and of tile stores,
 // for every element of a row: no tile access under a condition on the column or on data (a
 // condition on the program's own fields, like LnBackwardX's optional dres, is fine; reduction
 // updates and Gather's write may be conditional on anything). Vector reads (RowVec, ColVec,
@@ -120,7 +123,12 @@ struct Element {
     template <class T, class L>
     CODA_HD T load(const T* p, const L& layout) const { return p[layout.at(i, j)]; }
     template <class T, class L>
-    CODA_HD void store(T* p, const L& layout, T value) const { p[layout.at(i, j)] = value; }
+    CODA_HD float store(T* p, const L& layout, float x) const {
+        const T stored = round_to<T>(x);
+        p[layout.at(i, j)] = stored;
+        return to_float(stored);
+    }
+    CODA_HD void row_output(float* out, float x) const { out[i] = x; }  // out[i] of a row vector
     template <class T>
     CODA_HD T row_input(const T* v) const { return load_input(v + i); }  // v[i] of a row vector
     template <class T>
@@ -164,11 +172,7 @@ struct StoreTile {
     T* p = nullptr;
     Layout layout;
     template <class E>
-    CODA_HD float store(const E& e, float x) const {
-        const T stored = round_to<T>(x);
-        e.store(p, layout, stored);
-        return to_float(stored);
-    }
+    CODA_HD float store(const E& e, float x) const { return e.store(p, layout, x); }
 };
 
 // Accumulates into the existing output (gradient accumulation over micro-batches).
@@ -177,11 +181,7 @@ struct AccumulateTile {
     T* p = nullptr;
     Layout layout;
     template <class E>
-    CODA_HD float add(const E& e, float x) const {
-        const T out = round_to<T>(to_float(e.load(p, layout)) + x);
-        e.store(p, layout, out);
-        return to_float(out);
-    }
+    CODA_HD float add(const E& e, float x) const { return e.store(p, layout, to_float(e.load(p, layout)) + x); }
 };
 
 // Picks one column per row: out[i] = x at j == column[i] (the target logit). Exactly one element
@@ -191,7 +191,7 @@ struct Gather {
     float* out = nullptr;
     template <class E>
     CODA_HD void take(const E& e, float x) const {
-        if (e.j == e.row_input(column)) out[e.i] = x;
+        if (e.j == e.row_input(column)) e.row_output(out, x);
     }
 };
 

@@ -21,9 +21,13 @@
 // 8 columns. A chunk is taken as two halves of 32 columns: thread T of the tile's threads takes
 // the columns 8 (T % 4) ... + 7 of each half, in the rows T / 4 + p ROWS_PER_PASS (p = 0 ...
 // PASSES - 1): its rows are the same in every chunk, so a row's state stays in the thread across
-// the chunks; its columns are the same in every pass of a half, so their vector values are read
-// once. Each segment reads the next pass's tile values and row values ahead (SegmentElement): the
-// latency of those loads hides behind this segment's arithmetic.
+// the chunks; its columns are the same in every pass of a half, so their vector values are taken
+// once. Each segment reads the next segment's tile values and row values ahead (SegmentElement),
+// across halves and chunks too: the latency of those loads hides behind this segment's
+// arithmetic; the first segment's are read before the first chunk is staged, with the tile's
+// column vector values (one a thread), which wait in shared memory. On the Hopper mainloop the
+// tiles an epilogue will read are also asked of L2 a few k-blocks before the mainloop ends
+// (prefetch(), PrefetchElement).
 //   Staging layout: row r of the chunk is 64 floats (16 pieces of 16 bytes), piece k stored at
 //   k ^ s(r), s(r) = 2 (r mod 4) + (r mod 2): the fragment stores (16 lanes of a half-warp: 4 rows
 //   x 4 column pairs) and the segment loads (8 lanes of a quarter-warp: 2 rows x 4 pieces) each hit
@@ -126,9 +130,13 @@ __device__ inline bf16 value8(const uint32_t* w, int e, bf16*) {
     return __ushort_as_bfloat16((unsigned short)(e % 2 ? w[e / 2] >> 16 : w[e / 2] & 0xffffu));
 }
 __device__ inline float value8(const uint32_t* w, int e, float*) { return __uint_as_float(w[e]); }
+// Rounds and packs: one cvt.rn.bf16x2 a pair (the same bits as rounding each value alone).
 __device__ inline void words8(const float (&v)[8], uint32_t (&w)[8], bf16*) {
 #pragma unroll
-    for (int k = 0; k < 4; k++) w[k] = (__float_as_uint(v[2 * k]) >> 16) | (__float_as_uint(v[2 * k + 1]) & 0xffff0000u);
+    for (int k = 0; k < 4; k++) {
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+        memcpy(&w[k], &pair, 4);
+    }
 }
 __device__ inline void words8(const float (&v)[8], uint32_t (&w)[8], float*) {
 #pragma unroll
@@ -137,68 +145,92 @@ __device__ inline void words8(const float (&v)[8], uint32_t (&w)[8], float*) {
 }  // namespace detail
 
 // ---------------------------------------------------------------- the element
-// What one thread's segments of a half chunk keep in registers: the current segment's tile words and
-// row values, the next pass's (read one pass ahead, so that their latency hides behind this
-// segment's work), and the 8 columns' vector values, read by the first pass.
+// What one thread's segments keep in registers: the current segment's tile words, row values and
+// column values, and the next segment's tile words and row values, read one segment ahead. Column
+// vectors are read once a tile, a value a thread, into shared memory (TileEpilogue), where a
+// segment that starts a half chunk takes its 8 columns' values.
+//   So the segment loop's only global loads are reads ahead (the tile's first segment and the
+// column vectors are read by a PreloadElement before the loop). Measured (Nsight Compute on the
+// H200, GeluBackward and QkvGradient at 1.5B shapes): where a segment also read its own values
+// (its first of a tile, or column values at a half chunk's start), most stall samples of the
+// epilogue sat at their first use (17% and 45% of the kernels' samples), the loads of the
+// segment ahead having just been issued.
 struct SegmentSlots {
     RegisterSlots loaded[8], stored[8];  // [w]: word w of each tile load / the value of each store's element w
-    RegisterSlots next_loaded[8];        // the same words of the next pass's row
+    RegisterSlots next_loaded[8];        // the same words of the next segment
     RegisterSlots row, next_row;         // row vector values
     RegisterSlots col[8];                // [e]: column j0 + e's vector values
+    RegisterSlots tile_col;              // this thread's column of the tile, before they go to shared memory
 };
 
+namespace detail {
+// The 8 values of row r at columns c ... c + 7 of a tile (their raw words, kWords8<T> of them):
+// one 16-byte access for bf16, two for fp32, or element by element where the tile is stored
+// transposed or its segments are not 16-byte aligned.
+template <class T>
+__device__ inline bool whole_segments(const T* p, const Layout& layout) {
+    return !layout.transposed && layout.ld % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+template <class T>
+__device__ inline void read_segment(const T* p, const Layout& layout, int r, int c, uint32_t (&w)[8]) {
+    if (whole_segments(p, layout)) return read8(p + layout.at(r, c), w);
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) v[e] = to_float(p[layout.at(r, c + e)]);
+    words8(v, w, (T*)nullptr);
+}
+// bf16 tiles are read ahead; fp32 tiles (the weight gradients' read-modify-write, of long-K GEMMs)
+// are read when used: their 8 words more a tile do not fit beside the accumulators.
+template <class T>
+constexpr bool kReadAhead = sizeof(T) == 2;
+// Column vectors a program may read (their tile's values wait in shared memory); the programs read two at most.
+constexpr int kMaxColumnVectors = 4;
+__device__ inline int column_vector_slot(int& counter) {
+    const int k = next_slot(counter);
+    if (k >= kMaxColumnVectors) __trap();  // folded away for programs within the limit
+    return k;
+}
+}  // namespace detail
+
 // Element k (0..7, a compile-time constant once unrolled) of the segment of columns j - k ... j - k + 7
-// of row i. Tile accesses: element 0's load reads all 8 values, element 7's store writes all 8
-// (the others hand their values over in `slots`): one 16-byte access for bf16, or element by
-// element where the tile is stored transposed or its segments are not 16-byte aligned. Element 0 also reads the next
-// pass's row (next_i, or -1 where there is none) of each bf16 tile and row vector, which the next
-// segment then takes from `slots` (first: no previous pass read them); column vectors are read by
-// the first pass's element 0 and kept for the later passes. Reading ahead keeps each element's
+// of row i. Tile accesses: element 0's load takes all 8 values, element 7's store writes all 8
+// (the others hand their values over in `slots`). Element 0 also reads the next segment's (row
+// next_i, columns from next_j; next_i = -1 where there is none) bf16 tile values and row vector
+// values. new_cols: this segment starts a half chunk, and takes its 8 columns' values of each
+// column vector from the tile's in shared memory (col_vectors). Stores hand over the values
+// unrounded: element 7 rounds and packs them in pairs (the value store() returns is rounded on its
+// own, and costs nothing where the program does not use it). Reading ahead keeps each element's
 // read before its write, so an output may alias an input (ResidualForward's x_out and residual).
 struct SegmentElement {
     float acc;
     int i, j, k;
-    bool first;
-    int next_i;
+    bool new_cols;
+    int next_i, next_j;
+    uint32_t col_vectors;  // shared address of column vector 0 at this segment's first column (+ slot * col_stride)
+    uint32_t col_stride;
     ElementCounters* counters;
     SegmentSlots* slots;
 
     template <class T>
-    __device__ static bool whole(const T* p, const Layout& layout) {
-        return !layout.transposed && layout.ld % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
-    }
-    // The 8 values of row r at columns j - k ... (their raw words, kWords8<T> of them).
-    template <class T>
-    __device__ void read_segment(const T* p, const Layout& layout, int r, uint32_t (&w)[8]) const {
-        if (whole(p, layout)) return detail::read8(p + layout.at(r, j - k), w);
-        float v[8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = to_float(p[layout.at(r, j - k + e)]);
-        detail::words8(v, w, (T*)nullptr);
-    }
-    template <class T>
     __device__ T load(const T* p, const Layout& layout) const {
         const int s = detail::next_slot(counters->load);
         constexpr int kWords = detail::kWords8<T>;
-        // fp32 tiles (the weight gradients' read-modify-write, of long-K GEMMs) are not read ahead:
-        // their 8 words more a tile do not fit beside the accumulators.
-        constexpr bool kAhead = sizeof(T) == 2;
-        // Only element 0 branches (on the tile's layout, on the pass): the other elements' code is
-        // straight-line, so the compiler interleaves the 8 elements' arithmetic.
+        // Only element 0 branches (on the tile's layout, on the next segment): the other elements'
+        // code is straight-line, so the compiler interleaves the 8 elements' arithmetic.
         if (k == 0) {
             uint32_t w[8];
-            if (first || !kAhead) {
-                read_segment(p, layout, i, w);
+            if constexpr (detail::kReadAhead<T>) {
+#pragma unroll
+                for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, slots->next_loaded[e].get(s));
+                if (next_i >= 0) {
+                    detail::read_segment(p, layout, next_i, next_j, w);
+#pragma unroll
+                    for (int e = 0; e < kWords; e++) slots->next_loaded[e].set(s, __uint_as_float(w[e]));
+                }
             } else {
+                detail::read_segment(p, layout, i, j, w);
 #pragma unroll
-                for (int e = 0; e < kWords; e++) w[e] = __float_as_uint(slots->next_loaded[e].get(s));
-            }
-#pragma unroll
-            for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, __uint_as_float(w[e]));
-            if (kAhead && next_i >= 0) {
-                read_segment(p, layout, next_i, w);
-#pragma unroll
-                for (int e = 0; e < kWords; e++) slots->next_loaded[e].set(s, __uint_as_float(w[e]));
+                for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, __uint_as_float(w[e]));
             }
         }
         uint32_t w[8];
@@ -207,14 +239,14 @@ struct SegmentElement {
         return detail::value8(w, k, (T*)nullptr);
     }
     template <class T>
-    __device__ void store(T* p, const Layout& layout, T value) const {
+    __device__ float store(T* p, const Layout& layout, float x) const {
         const int s = detail::next_slot(counters->store);
-        slots->stored[k].set(s, to_float(value));  // exact: value is a T
+        slots->stored[k].set(s, x);
         if (k == 7) {
             float v[8];
 #pragma unroll
             for (int e = 0; e < 8; e++) v[e] = slots->stored[e].get(s);
-            if (whole(p, layout)) {
+            if (detail::whole_segments(p, layout)) {
                 uint32_t w[8];
                 detail::words8(v, w, (T*)nullptr);
                 detail::write8(p + layout.at(i, j - 7), w);
@@ -223,33 +255,98 @@ struct SegmentElement {
                 for (int e = 0; e < 8; e++) p[layout.at(i, j - 7 + e)] = round_to<T>(v[e]);
             }
         }
+        return to_float(round_to<T>(x));
     }
+    __device__ void row_output(float* out, float x) const { out[i] = x; }
     template <class T>
     __device__ T row_input(const T* v) const {
         const int s = detail::next_slot(counters->row);
         if (k == 0) {
-            slots->row.set(s, first ? detail::as_word(load_input(v + i)) : slots->next_row.get(s));
+            slots->row.set(s, slots->next_row.get(s));
             if (next_i >= 0) slots->next_row.set(s, detail::as_word(load_input(v + next_i)));
         }
         return detail::from_word<T>(slots->row.get(s));
     }
     template <class T>
-    __device__ T col_input(const T* v) const {
-        const int s = detail::next_slot(counters->col);
-        if (k == 0 && first) {
-            const T* at = v + j;
-            if (std::is_same_v<T, float> && reinterpret_cast<uintptr_t>(at) % 16 == 0) {
-                const float4 a = __ldg(reinterpret_cast<const float4*>(at)), b = __ldg(reinterpret_cast<const float4*>(at) + 1);
-                const float w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    __device__ T col_input(const T*) const {
+        const int s = detail::column_vector_slot(counters->col);
+        if (k == 0 && new_cols) {
+            const uint32_t at = col_vectors + s * col_stride;
+            const float4 a = ptx::ld_shared_v4(at), b = ptx::ld_shared_v4(at + 16);
+            const float w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-                for (int e = 0; e < 8; e++) slots->col[e].set(s, w[e]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 8; e++) slots->col[e].set(s, detail::as_word(load_input(at + e)));
-            }
+            for (int e = 0; e < 8; e++) slots->col[e].set(s, w[e]);
         }
         return detail::from_word<T>(slots->col[k].get(s));
     }
+};
+
+// Reads what a thread's first segment of a tile (row i, columns j ... j + 7; i = -1 where it has
+// none) would have had read ahead for it, and its column `col` of the tile's column vectors (-1:
+// none), once, before the segment loop: run through a program's element() like the others, so
+// its slots are numbered the same way. Nothing else it does or returns is anything (zeros).
+struct PreloadElement {
+    float acc = 0.f;
+    int i, j, col;
+    ElementCounters* counters;
+    SegmentSlots* slots;
+
+    template <class T, class L>
+    __device__ T load(const T* p, const L& layout) const {
+        const int s = detail::next_slot(counters->load);
+        if (i < 0) return T{};
+        if constexpr (detail::kReadAhead<T>) {
+            uint32_t w[8];
+            detail::read_segment(p, layout, i, j, w);
+#pragma unroll
+            for (int e = 0; e < detail::kWords8<T>; e++) slots->next_loaded[e].set(s, __uint_as_float(w[e]));
+        }
+        return T{};
+    }
+    template <class T, class L>
+    __device__ float store(T*, const L&, float) const {
+        detail::next_slot(counters->store);
+        return 0.f;
+    }
+    __device__ void row_output(float*, float) const {}
+    template <class T>
+    __device__ T row_input(const T* v) const {
+        const int s = detail::next_slot(counters->row);
+        if (i >= 0) slots->next_row.set(s, detail::as_word(load_input(v + i)));
+        return T{};
+    }
+    template <class T>
+    __device__ T col_input(const T* v) const {
+        const int s = detail::column_vector_slot(counters->col);
+        if (col >= 0) slots->tile_col.set(s, detail::as_word(load_input(v + col)));
+        return T{};
+    }
+};
+
+// The element TileEpilogue::prefetch runs a program with, once per row of a tile: its loads ask
+// the L2 cache for the row's bytes of the tile (columns j ... j + cols - 1), everything else it
+// does or returns is nothing (zeros), so the compiler drops the program's arithmetic.
+struct PrefetchElement {
+    float acc = 0.f;
+    int i, j, cols;
+
+    template <class T, class L>
+    __device__ T load(const T* p, const L& layout) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        const T* at = p + layout.at(i, j);
+        if (!layout.transposed && reinterpret_cast<uintptr_t>(at) % 16 == 0)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"((uint32_t)(cols * sizeof(T)))
+                         : "memory");
+#endif
+        return T{};
+    }
+    template <class T, class L>
+    __device__ float store(T*, const L&, float) const { return 0.f; }
+    __device__ void row_output(float*, float) const {}
+    template <class T>
+    __device__ T row_input(const T*) const { return T{}; }
+    template <class T>
+    __device__ T col_input(const T*) const { return T{}; }
 };
 
 // ---------------------------------------------------------------- reduction states across lanes
@@ -321,13 +418,33 @@ struct TileEpilogue {
     static constexpr int kRowsPerPass = kThreads / 4, kPasses = kTileRows / kRowsPerPass;
     static_assert(FN * 8 % kChunkCols == 0 && kTileRows % kRowsPerPass == 0, "tile of whole chunks and passes");
     static constexpr size_t kStageBytes = ZERO_ACC ? 0 : (size_t)kTileRows * kChunkCols * sizeof(float);
-    static constexpr size_t kSmemBytes = kStageBytes + (kCols ? (size_t)kWarps * kTileCols * sizeof(Col) : 0);
+    static constexpr size_t kColStateBytes = kCols ? (size_t)kWarps * kTileCols * sizeof(Col) : 0;
+    // The tile's columns of the column vectors the program reads.
+    static constexpr size_t kColVectorBytes = (size_t)detail::kMaxColumnVectors * kTileCols * sizeof(float);
+    static constexpr size_t kSmemBytes = kStageBytes + kColStateBytes + kColVectorBytes;
 
     template <class Sync>
     __device__ static void run(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_col0, int warp_m,
                                int warp_n, int tile_m, int tile_n, int /*n_tiles_m*/, int n_tiles_n, int M, int N,
                                void* smem, Sync sync) {
         staged(p, acc, warp_row0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
+    }
+
+    // Asks the L2 cache for the parts of tiles the program will load in the epilogue of output
+    // tile (tile_m, tile_n), a while before it runs (sm90: during the tile's last k-blocks): of the
+    // tile's rows row_begin ... row_end - 1, thread t of `threads` takes row_begin + t, + threads,
+    // ..., one bulk prefetch per row and loaded tile (PrefetchElement). A few instructions a row;
+    // programs that load no tile compile to nothing.
+    __device__ static void prefetch(const P& p, int tile_m, int tile_n, int M, int N, int row_begin, int row_end, int t,
+                                    int threads) {
+        const int j0 = tile_n * kTileCols, cols = min(kTileCols, N - j0);
+        for (int r = row_begin + t; r < row_end; r += threads) {
+            const int i = tile_m * kTileRows + r;
+            if (i >= M) break;
+            Row row{};
+            Col col{};
+            p.element(PrefetchElement{0.f, i, j0, cols}, row, col);
+        }
     }
 
   private:
@@ -368,7 +485,33 @@ struct TileEpilogue {
         const int tile_row0 = tile_m * kTileRows, tile_col0 = tile_n * kTileCols;
         const uint32_t stage = ptx::smem_addr(smem);  // 32-bit shared addresses: fewer registers
         Col* col_smem = reinterpret_cast<Col*>(static_cast<char*>(smem) + kStageBytes);
+        const uint32_t col_vectors = stage + (uint32_t)(kStageBytes + kColStateBytes);
+        constexpr uint32_t kColStride = kTileCols * sizeof(float);
         Row rows[kPasses] = {};
+        // A thread's segments, in order: chunk, half, pass (those inside the matrix). Each reads
+        // the next one's inputs ahead; the first one's are read here, with thread T's column T of
+        // the tile's column vectors, which go to shared memory while (or once) the first chunk is staged.
+        SegmentSlots slots;
+        {
+            const bool first = tile_row0 + row0 < M && tile_col0 + 8 * q < N;
+            const bool col = T < kTileCols && tile_col0 + T < N;
+            ElementCounters counters;
+            Row row{};
+            Col cols{};
+            p.element(PreloadElement{0.f, first ? tile_row0 + row0 : -1, tile_col0 + 8 * q, col ? tile_col0 + T : -1,
+                                     &counters, &slots},
+                      row, cols);
+        }
+        auto park_columns = [&] {
+            if (T >= kTileCols) return;
+#pragma unroll
+            for (int v = 0; v < detail::kMaxColumnVectors; v++)
+                ptx::st_shared(col_vectors + v * kColStride + 4 * T, slots.tile_col.value[v]);
+        };
+        if constexpr (ZERO_ACC) {
+            park_columns();
+            sync();
+        }
 
         // Unrolled over the chunks, so that the compiler sees each chunk's accumulators die once
         // they are staged (with WARPS_N = 1: Hopper's mainloop): the segments of the first chunk
@@ -378,6 +521,7 @@ struct TileEpilogue {
             if constexpr (!ZERO_ACC) {
                 sync();  // the previous chunk's (tile's) segments are read
                 stage_chunk(acc, c, warp_n, warp_row0 - tile_row0, stage);
+                if (c == 0) park_columns();
                 sync();
             }
 
@@ -386,12 +530,17 @@ struct TileEpilogue {
                 const int col0 = half * kHalfCols + 8 * q;  // of the segment, in the chunk
                 const int j0 = tile_col0 + c * kChunkCols + col0;
                 Col cols[8] = {};
-                SegmentSlots slots;
 #pragma unroll 1
                 for (int pass = 0; pass < kPasses; pass++) {
                     const int row = row0 + pass * kRowsPerPass, i = tile_row0 + row;
                     if (i >= M || j0 >= N) break;  // and so are the later passes' rows
-                    const int next_i = pass + 1 < kPasses && i + kRowsPerPass < M ? i + kRowsPerPass : -1;
+                    // The next segment: the next pass, else (no more passes, or no more rows) the
+                    // first pass of the next half chunk: the next 32 columns, in this chunk or the next.
+                    const bool half_done = pass + 1 == kPasses || i + kRowsPerPass >= M;
+                    const bool last = half_done && half + 1 == kChunkCols / kHalfCols && c + 1 == kChunks;
+                    const int next_i = half_done ? tile_row0 + row0 : i + kRowsPerPass;
+                    const int next_j = half_done ? j0 + kHalfCols : j0;
+                    const bool next = !last && next_j < N;
                     float v[8] = {};
                     if constexpr (!ZERO_ACC) {
                         const float4 lo = ptx::ld_shared_v4(stage + 4 * staged_at(row, col0));
@@ -402,8 +551,9 @@ struct TileEpilogue {
 #pragma unroll
                     for (int k = 0; k < 8; k++) {
                         ElementCounters counters;
-                        p.element(SegmentElement{v[k], i, j0 + k, k, pass == 0, next_i, &counters, &slots}, row_state,
-                                  cols[k]);
+                        p.element(SegmentElement{v[k], i, j0 + k, k, pass == 0, next ? next_i : -1, next_j,
+                                                 col_vectors + 4 * (c * kChunkCols + col0), kColStride, &counters, &slots},
+                                  row_state, cols[k]);
                     }
                     detail::select_set(rows, pass, row_state);
                 }

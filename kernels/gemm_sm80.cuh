@@ -106,6 +106,10 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const P program, const G
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
     if constexpr (kPass) {
+        // A memory-bound pass with ~120 registers a thread (4 blocks an SM) keeps too few loads in
+        // flight to stream at full bandwidth: it first asks L2 for its whole tile (bulk prefetches,
+        // sm90), so the segments' loads, one segment ahead, find their bytes there.
+        Epilogue::prefetch(program, tile_m, tile_n, M, N, 0, kBM, tid, kThreads);
         const float zero[kFM][kFN][4] = {};
         Epilogue::run(program, zero, m0 + warp_m * kFM * 16, n0 + warp_n * kFN * 8, warp_m, warp_n, tile_m, tile_n,
                       tiles_m, tiles_n, M, N, smem, BlockSync{});

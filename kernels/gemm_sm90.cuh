@@ -38,6 +38,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -76,6 +77,9 @@ inline const char* tile_name(Tile t) {
 }
 
 constexpr int kBK = 64;  // the k-block: K elements a ring stage holds, for every configuration
+// How many k-blocks before a tile's mainloop ends its epilogue's tile inputs are prefetched into
+// L2 (a few microseconds: about an HBM round trip more), unless CODAGPT_GEMM_PREFETCH_KBLOCKS says.
+constexpr int kPrefetchKBlocks = 8;
 
 template <int BM_, int BN_, int STAGES_, bool PINGPONG_>
 struct Config {
@@ -152,6 +156,7 @@ struct Params {
     int splits, split_k_blocks;
     int* flags;
     float4* partials;
+    int prefetch_k_blocks;  // the epilogue's tile inputs are prefetched this many k-blocks before the end (0: not)
 };
 
 // Grouped tile order: tile t -> (tm, tn) with GROUP_M M-tiles per group, M fastest in a group.
@@ -463,6 +468,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             int stage = slot % Smem::kStages;
             uint32_t phase = (uint32_t)(slot / Smem::kStages) & 1;
             int prev_stage = -1;
+            // The unit that runs the epilogue asks L2 for the tiles its program loads a few k-blocks
+            // before the mainloop ends.
+            const bool epilogue = params.splits == 1 || split == params.splits - 1;
+            const int prefetch_kb = epilogue && params.prefetch_k_blocks > 0 ? max(0, k_blocks - params.prefetch_k_blocks) : -1;
             if (Cfg::PINGPONG && i > 0) ptx::named_barrier_sync(kOrderBarrier + consumer, 256);
             for (int kb = 0; kb < k_blocks; kb++) {
                 ptx::mbar_wait(full_bar + 8 * stage, phase);
@@ -482,6 +491,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                 // its stage goes back to the producer.
                 ptx::wgmma_wait<1>();
                 if (prev_stage >= 0 && lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
+                if (kb == prefetch_kb)
+                    Epilogue::prefetch(program, tc.m, tc.n, params.M, params.N, a_row0, a_row0 + Cfg::WG_ROWS,
+                                       threadIdx.x % 128, 128);
                 prev_stage = stage;
                 if (++stage == Smem::kStages) {
                     stage = 0;
@@ -518,6 +530,17 @@ static __global__ void probe_kernel(int* has_sm90a) {
 #else
     *has_sm90a = 0;
 #endif
+}
+
+// A switch for measuring the L2 prefetch against none in one binary, read once per process:
+// CODAGPT_GEMM_PREFETCH_KBLOCKS=N prefetches the epilogue's tile inputs N k-blocks before a tile's
+// mainloop ends (0: never; default kPrefetchKBlocks).
+inline int prefetch_k_blocks() {
+    static const int n = [] {
+        const char* v = std::getenv("CODAGPT_GEMM_PREFETCH_KBLOCKS");
+        return v ? std::max(0, std::atoi(v)) : kPrefetchKBlocks;
+    }();
+    return n;
 }
 
 struct DeviceInfo {
@@ -690,6 +713,7 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
     params.k_blocks = n_tiles(prob.K, Cfg::BK);
     params.splits = splits;
     params.split_k_blocks = split_k_blocks(params.k_blocks, splits);
+    params.prefetch_k_blocks = prefetch_k_blocks();
     const long tiles = (long)params.tiles_m * params.tiles_n;
     if (splits > 1) {
         const Workspace& w = workspace(stream, tiles, tiles * (splits - 1) * Cfg::BM * Cfg::BN / 4);
