@@ -35,10 +35,11 @@
 // the GPU engine can also run it with an element whose loads are L2 prefetches and whose writes do
 // nothing, to fetch a tile's inputs while its mainloop still runs (gemm_epilogue.cuh). Element
 // below does the accesses one by one; the GPU engine's element (gemm_epilogue.cuh) makes the
-// accesses of 8 horizontally adjacent elements one 16-byte access (two for fp32). For that, element() makes the same sequence of tile loads, and of tile stores,
-// for every element of a row: no tile access under a condition on the column or on data (a
-// condition on the program's own fields, like LnBackwardX's optional dres, is fine; reduction
-// updates and Gather's write may be conditional on anything). Vector reads (RowVec, ColVec,
+// accesses of 8 horizontally adjacent elements one 16-byte access (two for fp32). For that,
+// element() makes the same sequence of tile loads, and of tile stores, for every element of a
+// row: no tile access under a condition on the column or on data (a condition on the program's
+// own fields, like LnBackwardX's optional dres, is fine; reduction updates and Gather's write may
+// be conditional on anything). Vector reads (RowVec, ColVec,
 // Gather's column) go through the element too, e.row_input(v) and e.col_input(v), under the same
 // rule: the k-th vector read of element() is the same vector for every element, so the GPU engine
 // reads a row's value once per 8 elements and a column's 8 values together.

@@ -551,8 +551,9 @@ struct TileEpilogue {
 #pragma unroll
                     for (int k = 0; k < 8; k++) {
                         ElementCounters counters;
+                        const uint32_t segment_cols = col_vectors + 4 * (c * kChunkCols + col0);
                         p.element(SegmentElement{v[k], i, j0 + k, k, pass == 0, next ? next_i : -1, next_j,
-                                                 col_vectors + 4 * (c * kChunkCols + col0), kColStride, &counters, &slots},
+                                                 segment_cols, kColStride, &counters, &slots},
                                   row_state, cols[k]);
                     }
                     detail::select_set(rows, pass, row_state);

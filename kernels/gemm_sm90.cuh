@@ -471,7 +471,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             // The unit that runs the epilogue asks L2 for the tiles its program loads a few k-blocks
             // before the mainloop ends.
             const bool epilogue = params.splits == 1 || split == params.splits - 1;
-            const int prefetch_kb = epilogue && params.prefetch_k_blocks > 0 ? max(0, k_blocks - params.prefetch_k_blocks) : -1;
+            const int prefetch_kb =
+                epilogue && params.prefetch_k_blocks > 0 ? max(0, k_blocks - params.prefetch_k_blocks) : -1;
             if (Cfg::PINGPONG && i > 0) ptx::named_barrier_sync(kOrderBarrier + consumer, 256);
             for (int kb = 0; kb < k_blocks; kb++) {
                 ptx::mbar_wait(full_bar + 8 * stage, phase);

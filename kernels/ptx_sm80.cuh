@@ -12,7 +12,9 @@ namespace codagpt::ptx {
 __device__ inline uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 // 4-, 8- and 16-byte shared-memory accesses at a 32-bit shared address (a generic pointer costs two
 // registers an address, which the GEMM epilogue cannot spare).
-__device__ inline void st_shared(uint32_t addr, float a) { asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(a) : "memory"); }
+__device__ inline void st_shared(uint32_t addr, float a) {
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(a) : "memory");
+}
 __device__ inline void st_shared_v2(uint32_t addr, float a, float b) {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
