@@ -42,7 +42,8 @@
 // be conditional on anything). Vector reads (RowVec, ColVec,
 // Gather's column) go through the element too, e.row_input(v) and e.col_input(v), under the same
 // rule: the k-th vector read of element() is the same vector for every element, so the GPU engine
-// reads a row's value once per 8 elements and a column's 8 values together.
+// reads a row's value once per 8 elements and a column's 8 values together; it keeps a tile's
+// values of each column vector in shared memory, for at most kMaxColumnVectors of them.
 //
 // Element-level primitives are the vector and tile loaders and stores below plus plain float
 // arithmetic, so a program body reads as its formula and compiles to straight-line code:
@@ -69,6 +70,8 @@
 #endif
 
 namespace codagpt::coda {
+
+constexpr int kMaxColumnVectors = 4;  // column vectors one element() may read (the programs read two at most)
 
 // ---------------------------------------------------------------- bf16 storage
 #ifdef __CUDACC__

@@ -183,8 +183,6 @@ __device__ inline void read_segment(const T* p, const Layout& layout, int r, int
 // are read when used: their 8 words more a tile do not fit beside the accumulators.
 template <class T>
 constexpr bool kReadAhead = sizeof(T) == 2;
-// Column vectors a program may read (their tile's values wait in shared memory); the programs read two at most.
-constexpr int kMaxColumnVectors = 4;
 __device__ inline int column_vector_slot(int& counter) {
     const int k = next_slot(counter);
     if (k >= kMaxColumnVectors) __trap();  // folded away for programs within the limit
@@ -420,7 +418,7 @@ struct TileEpilogue {
     static constexpr size_t kStageBytes = ZERO_ACC ? 0 : (size_t)kTileRows * kChunkCols * sizeof(float);
     static constexpr size_t kColStateBytes = kCols ? (size_t)kWarps * kTileCols * sizeof(Col) : 0;
     // The tile's columns of the column vectors the program reads.
-    static constexpr size_t kColVectorBytes = (size_t)detail::kMaxColumnVectors * kTileCols * sizeof(float);
+    static constexpr size_t kColVectorBytes = (size_t)kMaxColumnVectors * kTileCols * sizeof(float);
     static constexpr size_t kSmemBytes = kStageBytes + kColStateBytes + kColVectorBytes;
 
     template <class Sync>
@@ -492,6 +490,7 @@ struct TileEpilogue {
         // the next one's inputs ahead; the first one's are read here, with thread T's column T of
         // the tile's column vectors, which go to shared memory while (or once) the first chunk is staged.
         SegmentSlots slots;
+        int column_vectors = 0;  // the program reads (a compile-time constant once inlined)
         {
             const bool first = tile_row0 + row0 < M && tile_col0 + 8 * q < N;
             const bool col = T < kTileCols && tile_col0 + T < N;
@@ -501,12 +500,13 @@ struct TileEpilogue {
             p.element(PreloadElement{0.f, first ? tile_row0 + row0 : -1, tile_col0 + 8 * q, col ? tile_col0 + T : -1,
                                      &counters, &slots},
                       row, cols);
+            column_vectors = counters.col;
         }
         auto park_columns = [&] {
             if (T >= kTileCols) return;
 #pragma unroll
-            for (int v = 0; v < detail::kMaxColumnVectors; v++)
-                ptx::st_shared(col_vectors + v * kColStride + 4 * T, slots.tile_col.value[v]);
+            for (int v = 0; v < kMaxColumnVectors; v++)
+                if (v < column_vectors) ptx::st_shared(col_vectors + v * kColStride + 4 * T, slots.tile_col.value[v]);
         };
         if constexpr (ZERO_ACC) {
             park_columns();

@@ -535,7 +535,8 @@ static __global__ void probe_kernel(int* has_sm90a) {
 
 // A switch for measuring the L2 prefetch against none in one binary, read once per process:
 // CODAGPT_GEMM_PREFETCH_KBLOCKS=N prefetches the epilogue's tile inputs N k-blocks before a tile's
-// mainloop ends (0: never; default kPrefetchKBlocks).
+// mainloop ends (0: never; default kPrefetchKBlocks). The passes without a GEMM (gemm_sm80.cuh)
+// prefetch their tile whatever it says.
 inline int prefetch_k_blocks() {
     static const int n = [] {
         const char* v = std::getenv("CODAGPT_GEMM_PREFETCH_KBLOCKS");

@@ -279,6 +279,50 @@ class Programs : public testing::TestWithParam<Case> {
     EmulatorRunner run{GetParam().shape};
 };
 
+// What the GPU engine makes of a program when it runs element() only to learn what it reads
+// (gemm_epilogue.cuh: PrefetchElement, PreloadElement): every read gives zeros, every write through
+// the element does nothing. It counts the element's column-vector reads.
+struct ReadOnlyElement {
+    float acc = 0.f;
+    int i, j;
+    int* column_reads;
+    template <class T, class L>
+    T load(const T*, const L&) const { return T{}; }
+    template <class T, class L>
+    float store(T*, const L&, float) const { return 0.f; }
+    void row_output(float*, float) const {}
+    template <class T>
+    T row_input(const T*) const { return T{}; }
+    template <class T>
+    T col_input(const T*) const {
+        ++*column_reads;
+        return T{};
+    }
+};
+
+// The emulator, then each program once more over every element with a ReadOnlyElement: so a
+// program that wrote anywhere but through its element (before e.row_output, Gather wrote its
+// output directly: zeros would land in the picked logits) fails the check that follows, as would
+// one reading more column vectors than the GPU engine keeps.
+struct ReadOnlyAfterRunner : EmulatorRunner {
+    template <class P>
+    void run(const P& p, const HostGemm& g) {
+        EmulatorRunner::run(p, g);
+        for (int i = 0; i < g.M; i++)
+            for (int j = 0; j < g.N; j++) {
+                int column_reads = 0;
+                typename P::Row row{};
+                typename P::Col col{};
+                p.element(ReadOnlyElement{0.f, i, j, &column_reads}, row, col);
+                ASSERT_LE(column_reads, kMaxColumnVectors) << "column vectors read by one element()";
+            }
+    }
+};
+class ProgramsWriteOnlyThroughTheElement : public testing::TestWithParam<Case> {
+  protected:
+    ReadOnlyAfterRunner run{{GetParam().shape}};
+};
+
 TEST_P(Programs, QkvForward) { check_qkv_forward(run, GetParam()); }
 TEST_P(Programs, FcForward) { check_fc_forward(run, GetParam()); }
 TEST_P(Programs, ResidualForwardAndRowStats) { check_residual_forward(run, GetParam()); }
@@ -291,6 +335,21 @@ TEST_P(Programs, LnBackwardX) { check_ln_backward_x(run, GetParam()); }
 TEST_P(Programs, LnBackwardW) { check_ln_backward_w(run, GetParam()); }
 TEST_P(Programs, LnBackwardWOfBf16Weight) { check_ln_backward_w<bf16>(run, GetParam()); }
 TEST_P(Programs, PlainStoreAndAccumulate) { check_plain(run, GetParam()); }
+
+TEST_P(ProgramsWriteOnlyThroughTheElement, QkvForward) { check_qkv_forward(run, GetParam()); }
+TEST_P(ProgramsWriteOnlyThroughTheElement, FcForward) { check_fc_forward(run, GetParam()); }
+TEST_P(ProgramsWriteOnlyThroughTheElement, ResidualForwardAndRowStats) { check_residual_forward(run, GetParam()); }
+TEST_P(ProgramsWriteOnlyThroughTheElement, ResidualStats) { check_residual_stats(run, GetParam()); }
+TEST_P(ProgramsWriteOnlyThroughTheElement, LmHeadForwardAndLoss) { check_lm_head_forward(run, GetParam()); }
+TEST_P(ProgramsWriteOnlyThroughTheElement, GeluBackward) { check_gelu_backward(run, GetParam()); }
+TEST_P(ProgramsWriteOnlyThroughTheElement, QkvGradient) { check_qkv_gradient(run, GetParam()); }
+TEST_P(ProgramsWriteOnlyThroughTheElement, CrossEntropyGradient) { check_cross_entropy_gradient(run, GetParam()); }
+TEST_P(ProgramsWriteOnlyThroughTheElement, LnBackwardX) { check_ln_backward_x(run, GetParam()); }
+TEST_P(ProgramsWriteOnlyThroughTheElement, LnBackwardW) { check_ln_backward_w(run, GetParam()); }
+TEST_P(ProgramsWriteOnlyThroughTheElement, PlainStoreAndAccumulate) { check_plain(run, GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ProgramsWriteOnlyThroughTheElement, testing::Values(Case{37, 40, 72, {32, 32}}),
+                         case_name);
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Programs,
                          testing::Values(Case{37, 40, 72, {32, 32}},
