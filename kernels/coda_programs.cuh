@@ -77,6 +77,12 @@ struct FcForward : NoRowPartials, NoColPartials {
     CODA_HD void element(const E& e, Row&, Col&) const { g.store(e, gelu(f.store(e, ln(e)))); }
 };
 
+// (2') The fc GEMM again in backward (--recompute mlp, where forward kept no f): f alone, the same
+// bits as (2) stored (same GEMM, same operands, the same rounding of the same formula).
+// f = r*(acc - mu*c) + b~      (QkvForward's formula and program, on the fc fold)
+template <class Act = bf16>
+using FcPreactivation = QkvForward<Act>;
+
 // (3) proj / fcproj GEMM, A = y (or g), B = Wo (or Wp).
 // x' = acc + b + x ;  row partials of x': Welford (count, mean, M2) of the stored bf16 values
 // x_out may alias residual (each element is read before it is written, by the same thread).

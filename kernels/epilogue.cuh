@@ -363,6 +363,9 @@ struct ColPartials {
 template <class R>
 CODA_HD R merge_row(const float* partials, int i, int n_tiles) {
     R total{};
+#ifdef __CUDA_ARCH__
+#pragma unroll 16  // the loads of 16 tiles in flight a thread (the finalize kernels are latency-bound)
+#endif
     for (int t = 0; t < n_tiles; t++) {
         R part;
         part.load(partials + ((long)i * n_tiles + t) * R::kWords);
@@ -373,6 +376,9 @@ CODA_HD R merge_row(const float* partials, int i, int n_tiles) {
 template <class R>
 CODA_HD R merge_col(const float* partials, int j, int n_tiles, int n) {
     R total{};
+#ifdef __CUDA_ARCH__
+#pragma unroll 16
+#endif
     for (int t = 0; t < n_tiles; t++) {
         R part;
         part.load(partials + ((long)t * n + j) * R::kWords);

@@ -31,6 +31,10 @@ constexpr int kStages = 4;
 constexpr int kWarpsM = 2, kWarpsN = 2, kThreads = 32 * kWarpsM * kWarpsN;
 constexpr int kFM = kBM / kWarpsM / 16, kFN = kBN / kWarpsN / 8;  // mma fragments of a warp tile
 constexpr int kGroupRows = 8;                                     // tile rows of a raster group
+// Blocks an SM a pass without a GEMM is compiled for: 5 caps it at 102 registers, the most that
+// QkvGradient and CrossEntropyGradient (128 and 124 uncapped: 4 blocks) fit without spilling
+// (ptxas -v, sm_90a: 6 blocks spill 144-188 bytes). A memory-bound pass wants loads in flight.
+constexpr int kPassBlocksPerSM = 5;
 
 // One stage of one operand's shared tile (kBM == kBN, so A and B tiles have the same shapes).
 template <bool KMAJOR>
@@ -88,7 +92,7 @@ struct BlockSync {
 // time: the compiler keeps no registers for them and the block needs only the epilogue's shared
 // memory, so a memory-bound pass runs with many blocks per SM instead of a GEMM tile's two.
 template <class P, bool A_KMAJOR, bool B_KMAJOR, bool kPass = false>
-__global__ void __launch_bounds__(kThreads) gemm_kernel(const P program, const GemmProblem prob) {
+__global__ void __launch_bounds__(kThreads, kPass ? kPassBlocksPerSM : 1) gemm_kernel(const P program, const GemmProblem prob) {
     using ATile = OperandTile<A_KMAJOR>;
     using BTile = OperandTile<B_KMAJOR>;
     using Epilogue = TileEpilogue<P, kFM, kFN, 16, kWarpsM, kWarpsN, kPass>;

@@ -6,8 +6,9 @@
 # or the repository root after `make` (binary in build/). OUT (default ./table_out) receives
 # table.json (benchmark records, ../shared/design/RESULTS.md format) and table.md (the table).
 # Environment: STEPS (default 30) steps a run; MODELS (default "gpt2-350m gpt2-1.5b");
-# PEER=0 skips the PyTorch peer; RECOMPUTE (default none) for both paths; RUNS_DIR (default OUT/runs)
-# receives the runs' folders (metrics.jsonl).
+# PEER=0 skips the PyTorch peer; RECOMPUTE (default none): the --recompute modes, each a row of the
+# table with both paths (e.g. "none mlp"); RUNS_DIR (default OUT/runs) receives the runs' folders
+# (metrics.jsonl).
 set -uo pipefail
 dir=$1; out=${2:-table_out}
 mkdir -p "$out"
@@ -21,13 +22,15 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/opt/torch/.venv/lib/python3.12/sit
 steps=${STEPS:-30}
 
 for model in ${MODELS:-gpt2-350m gpt2-1.5b}; do
-  for fusion in unfused coda; do
-    # Evaluation once, after the last step (same val batches for both paths).
-    "$bin" train --config "$configs/$model.json" --device cuda --fusion $fusion --recompute "${RECOMPUTE:-none}" \
-      --steps "$steps" --train_data "$data/train_*.bin" --val_data "$data/val_*.bin" --eval_every 0 \
-      --eval_batches 4 --log_every 10 --quiet --out_dir "${RUNS_DIR:-$out/runs}/$model-$fusion" --bench-json "$json" >> "$log" 2>&1 \
-      || echo "codagpt $model $fusion failed (see $log)" >&2
-    grep -E "^done|error" "$log" | tail -1
+  for recompute in ${RECOMPUTE:-none}; do
+    for fusion in unfused coda; do
+      # Evaluation once, after the last step (same val batches for both paths).
+      "$bin" train --config "$configs/$model.json" --device cuda --fusion $fusion --recompute $recompute \
+        --steps "$steps" --train_data "$data/train_*.bin" --val_data "$data/val_*.bin" --eval_every 0 \
+        --eval_batches 4 --log_every 10 --quiet --out_dir "${RUNS_DIR:-$out/runs}/$model-$fusion-$recompute" \
+        --bench-json "$json" >> "$log" 2>&1 || echo "codagpt $model $fusion --recompute $recompute failed (see $log)" >&2
+      grep -E "^done|error" "$log" | tail -1
+    done
   done
   if [[ ${PEER:-1} == 1 && -f $dir/torch_gpt2.py ]]; then
     case $model in
@@ -43,28 +46,30 @@ for model in ${MODELS:-gpt2-350m gpt2-1.5b}; do
   fi
 done
 
-# The table: one row per model, from this run's records only.
+# The table: one row per model and --recompute mode, from this run's records only.
 python3 - "$json" "$md" <<'EOF'
 import json, sys
 records = json.load(open(sys.argv[1]))
-rows = ["| model | unfused tok/s | coda tok/s | speedup | unfused GiB | coda GiB | memory saved | "
+rows = ["| model | recompute | unfused tok/s | coda tok/s | speedup | unfused GiB | coda GiB | memory saved | "
         "MFU unfused | MFU coda | val loss unfused | val loss coda | rel. diff | torch.compile tok/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-models = []
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+rows_of = []  # (model, recompute) in the order measured
 for r in records:
-    if r.get("model") not in models: models.append(r.get("model"))
+    if r.get("system") == "codagpt" and (r.get("model"), r.get("recompute")) not in rows_of:
+        rows_of.append((r.get("model"), r.get("recompute")))
 def pick(model, **kv):
     found = [r for r in records if r.get("model") == model and all(r.get(k) == v for k, v in kv.items())]
     return found[-1] if found else None
 fmt = lambda x, f: "-" if x is None else f.format(x)
-for m in models:
-    u, c = pick(m, system="codagpt", fusion="unfused"), pick(m, system="codagpt", fusion="coda")
+for m, rc in rows_of:
+    u = pick(m, system="codagpt", fusion="unfused", recompute=rc)
+    c = pick(m, system="codagpt", fusion="coda", recompute=rc)
     p = pick(m, peer="pytorch+compile") or pick(m, system="pytorch-compile")
     get = lambda r, k: None if r is None else r.get(k)
     speed = get(c, "tok_s") / get(u, "tok_s") if u and c else None
     mem = 1 - get(c, "peak_mem_gib") / get(u, "peak_mem_gib") if u and c and get(u, "peak_mem_gib") else None
     rel = abs(get(c, "val_loss") - get(u, "val_loss")) / get(u, "val_loss") if u and c else None
-    rows.append("| " + " | ".join([m, fmt(get(u, "tok_s"), "{:,.0f}"), fmt(get(c, "tok_s"), "{:,.0f}"),
+    rows.append("| " + " | ".join([m, rc, fmt(get(u, "tok_s"), "{:,.0f}"), fmt(get(c, "tok_s"), "{:,.0f}"),
         fmt(speed, "{:.3f}x"), fmt(get(u, "peak_mem_gib"), "{:.1f}"), fmt(get(c, "peak_mem_gib"), "{:.1f}"),
         fmt(mem, "{:.1%}"), fmt(get(u, "mfu"), "{:.1%}"), fmt(get(c, "mfu"), "{:.1%}"),
         fmt(get(u, "val_loss"), "{:.4f}"), fmt(get(c, "val_loss"), "{:.4f}"), fmt(rel, "{:.3%}"),

@@ -76,6 +76,15 @@ private:
 };
 
 #ifdef CODAGPT_HAVE_CUDA
+// What describe() adds for a --recompute mode.
+std::string recompute_note(Recompute r) {
+    switch (r) {
+        case Recompute::gelu: return ", GELU recomputed";
+        case Recompute::mlp: return ", MLP recomputed";
+        default: return "";
+    }
+}
+
 // A decoder over a GPU model's bf16 weights in place.
 std::unique_ptr<Decoder> decoder_of(const GPT2GPU& m) { return std::make_unique<GPT2GPUDecoder>(m); }
 std::unique_ptr<Decoder> decoder_of(const GPT2CodaGPU& m) { return m.make_decoder(); }
@@ -153,9 +162,8 @@ std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBa
                                                std::shared_ptr<DataParallel> data_parallel) {
 #ifdef CODAGPT_HAVE_CUDA
     if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
-    return std::make_unique<GPUBackend<GPT2GPU>>(c, data_parallel, "unfused",
-                                                 opt.recompute_gelu ? ", GELU recomputed" : "",
-                                                 GPUModelOptions{opt.recompute_gelu, true, data_parallel});
+    return std::make_unique<GPUBackend<GPT2GPU>>(c, data_parallel, "unfused", recompute_note(opt.recompute),
+                                                 GPUModelOptions{opt.recompute, true, data_parallel});
 #else
     (void)c;
     (void)opt;
@@ -164,16 +172,34 @@ std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBa
 #endif
 }
 
-std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c, std::shared_ptr<DataParallel> data_parallel) {
+std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt,
+                                                    std::shared_ptr<DataParallel> data_parallel) {
 #ifdef CODAGPT_HAVE_CUDA
     if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
-    return std::make_unique<GPUBackend<GPT2CodaGPU>>(c, data_parallel, "CODA fused", "", /*prefer_cudnn=*/true,
-                                                     data_parallel);
+    // GELU outputs are never kept on this path: --recompute gelu is none here.
+    const Recompute r = opt.recompute == Recompute::mlp ? Recompute::mlp : Recompute::none;
+    return std::make_unique<GPUBackend<GPT2CodaGPU>>(c, data_parallel, "CODA fused", recompute_note(r),
+                                                     GPUModelOptions{r, true, data_parallel});
 #else
     (void)c;
+    (void)opt;
     (void)data_parallel;
     throw Error("this build has no CUDA support (configure with nvcc on PATH)");
 #endif
+}
+
+Recompute parse_recompute(const std::string& s) {
+    for (Recompute r : {Recompute::none, Recompute::gelu, Recompute::mlp})
+        if (s == recompute_name(r)) return r;
+    throw Error("--recompute must be none, gelu or mlp, got '" + one_line(s) + "'");
+}
+
+const char* recompute_name(Recompute r) {
+    switch (r) {
+        case Recompute::gelu: return "gelu";
+        case Recompute::mlp: return "mlp";
+        default: return "none";
+    }
 }
 
 bool use_coda(const std::string& fusion) {

@@ -61,8 +61,20 @@ public:
 
 std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& c);
 
+// What backward recomputes instead of keeping from forward (--recompute), trading time for memory.
+enum class Recompute {
+    none,
+    gelu,  // the GELU output: one buffer, recomputed from the kept GELU input (llm.c's -r 1). The
+           // fused path never keeps it (its dG epilogue re-emits it): there this is none.
+    mlp,   // every activation of the MLP: backward runs the fc GEMM again, layer by layer (unfused:
+           // the fc output and GELU, 8C bf16 a token and layer; fused: its pre-activation f, 4C)
+};
+// "none", "gelu" or "mlp"; Error naming the value otherwise.
+Recompute parse_recompute(const std::string& s);
+const char* recompute_name(Recompute r);
+
 struct GPUBackendOptions {
-    bool recompute_gelu = false;
+    Recompute recompute = Recompute::none;
 };
 // data_parallel: this process is one rank of a data-parallel job (data_parallel.hpp); its backend
 // trains on the rank's micro-batches, averages the gradients across ranks on the last of the
@@ -71,9 +83,8 @@ struct GPUBackendOptions {
 // Throws Error when the build has no CUDA or no GPU is visible.
 std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt,
                                                std::shared_ptr<DataParallel> data_parallel = nullptr);
-// The fused (CODA) GPU trainer (model_coda_gpu.hpp). It never keeps GELU outputs (the fcproj dX
-// GEMM's epilogue recomputes them), so it takes no GPUBackendOptions. Errors as make_gpu_backend.
-std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c,
+// The fused (CODA) GPU trainer (model_coda_gpu.hpp). Errors as make_gpu_backend.
+std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt = {},
                                                     std::shared_ptr<DataParallel> data_parallel = nullptr);
 // Whether `--fusion` selects the fused path on this machine's GPU: "coda", or "auto" on a GPU of
 // compute capability 8.0 or newer (the GEMM engine's portable mainloop needs sm_80); "unfused"

@@ -44,8 +44,9 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
         ->capture_default_str();
     train->add_option("--recompute", train_opt.recompute,
-                      "none, or gelu: keep no GELU outputs from forward, recompute them in backward (GPU)")
-        ->check(CLI::IsMember({"none", "gelu"}))
+                      "none; gelu: keep no GELU outputs from forward, recompute them in backward; mlp: keep no "
+                      "MLP activations, run the fc GEMM again in backward (GPU; less memory, more time)")
+        ->check(CLI::IsMember({"none", "gelu", "mlp"}))
         ->capture_default_str();
     train->add_option("--fusion", train_opt.fusion,
                       "GPU path: coda (LayerNorm, GELU, bias and residual in GEMM epilogues), unfused, or auto "

@@ -17,6 +17,7 @@
 #include "encoder.cuh"
 #include "gemm.cuh"
 #include "gpu_training.hpp"
+#include "matmul.cuh"
 
 namespace codagpt {
 
@@ -45,9 +46,15 @@ struct Fold {
 struct GPT2CodaGPU::Impl {
     ModelConfig cfg;
     int B, T, M;  // M = B*T tokens
+    bool recompute_f;  // --recompute mlp: f kept for one layer, recomputed in backward by the fc GEMM
     size_t n_params = 0;
     DeviceBuffers mem;  // declared before every pointer into it
     Attention attention;
+    // The GEMMs with no epilogue work (dY, dW_o, dW_p: out = acc, dw += acc) run on cuBLASLt, as the
+    // unfused path's do: fusion has nothing to add to them, and cuBLASLt picks its tile per shape
+    // (measured in the 1.5B step: 0.12 vs 0.17 ms for dW_o, whose 1600 x 1600 output our 128 x 128
+    // tiles cover in 1.3 waves). Every GEMM with an epilogue program runs on the CODA engine.
+    Matmul matmul;
     cudaStream_t stream = nullptr;
     EncoderBuckets* buckets = nullptr;
 
@@ -68,7 +75,7 @@ struct GPT2CodaGPU::Impl {
     float *qkv_c, *qkv_bf, *fc_c, *fc_bf, *lm_c, *lm_bf;
 
     // activations kept for backward. residual: x entering layer l, [L+1, M, C] (l = L: entering LN_f)
-    bf16 *residual, *qkv, *y, *x_mid, *f;             // [L+1, M, C], [L, M, 3C], [L, M, C] x2, [L, M, 4C]
+    bf16 *residual, *qkv, *y, *x_mid, *f;             // [L+1, M, C], [L, M, 3C], [L, M, C] x2, [L or 1, M, 4C]
     float *mu, *rstd, *mu_mid, *rstd_mid, *att_lse;  // [L+1, M], [L+1, M], [L, M], [L, M], [L, B, NH, T]
     // scratch. g: gelu(f) in forward, re-emitted g then dqkv in backward. dz_hat: df^ or dq^.
     // logits: LM head output, then dz^ in place.
@@ -83,8 +90,8 @@ struct GPT2CodaGPU::Impl {
     bool backward_ready = false;
     float grad_scale = 1.f;
 
-    Impl(const ModelConfig& c, int B_, int T_, bool prefer_cudnn, std::shared_ptr<DataParallel> dp)
-        : cfg(c), B(B_), T(T_), M(B_ * T_), attention(prefer_cudnn) {
+    Impl(const ModelConfig& c, int B_, int T_, const GPUModelOptions& opt)
+        : cfg(c), B(B_), T(T_), M(B_ * T_), recompute_f(opt.recompute == Recompute::mlp), attention(opt.prefer_cudnn) {
         if (B < 1 || T < 1 || T > c.max_seq_len || M % 8 != 0)
             throw Error("fused GPU model: needs 1 <= seq_len <= max_seq_len and batch_size * seq_len a multiple of 8, got " +
                         std::to_string(B) + " x " + std::to_string(T));
@@ -93,7 +100,7 @@ struct GPT2CodaGPU::Impl {
         const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab(), MC = (size_t)M * C;
         const size_t tiles_m = n_tiles(M, kMinTile), tiles_c = n_tiles((int)C, kMinTile), tiles_v = n_tiles((int)Vp, kMinTile);
 
-        state = std::make_unique<TrainableParams>(c, std::move(dp), stream,
+        state = std::make_unique<TrainableParams>(c, opt.data_parallel, stream,
                                                   [this](size_t bytes) { return (void*)mem.alloc<char>(bytes); });
         params = state->params();
         grads = state->grads();
@@ -117,7 +124,7 @@ struct GPT2CodaGPU::Impl {
         qkv = mem.alloc<bf16>(L * 3 * MC);
         y = mem.alloc<bf16>(L * MC);
         x_mid = mem.alloc<bf16>(L * MC);
-        f = mem.alloc<bf16>(L * 4 * MC);
+        f = mem.alloc<bf16>((recompute_f ? 1 : L) * 4 * MC);
         mu = mem.alloc<float>((L + 1) * M);
         rstd = mem.alloc<float>((L + 1) * M);
         mu_mid = mem.alloc<float>(L * M);
@@ -170,6 +177,7 @@ struct GPT2CodaGPU::Impl {
         coda_fold_layernorm(fc_folded, fc_c, fc_bf, p.fc_w, false, v32.ln2_w, v32.ln2_b, v32.fc_b, C, 4 * C, L, stream);
         coda_fold_layernorm(lm_folded, lm_c, lm_bf, p.wte, true, v32.lnf_w, v32.lnf_b, nullptr, C, Vp, 1, stream);
     }
+    bf16* f_of(int l) const { return f + (recompute_f ? 0 : (size_t)l * 4 * M * cfg.n_embd); }
     Fold qkv_fold(int l) const {
         const size_t C = cfg.n_embd;
         return {qkv_folded + l * C * 3 * C, qkv_c + l * 3 * C, qkv_bf + l * 3 * C};
@@ -241,13 +249,6 @@ struct GPT2CodaGPU::Impl {
         if (bias_grad) coda_accumulate_bias_grad(bias_grad, bias_partials, C, n_tiles(M, s.bm), stream);
     }
 
-    // out += A B into an fp32 gradient [rows, cols] (PlainAccumulate).
-    void accumulate(float* dw, int rows, int cols, DeviceOperand a, DeviceOperand b) {
-        PlainAccumulate pr;
-        pr.dw = {dw, {cols}};
-        run(pr, GemmProblem{rows, cols, M, a, b});
-    }
-
     double forward(const int* in_host, const int* tgt_host, bool backward_next, float scale) {
         const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, V = cfg.vocab_size;
         const int Vp = cfg.padded_vocab(), C3 = 3 * C, C4 = 4 * C;
@@ -270,7 +271,7 @@ struct GPT2CodaGPU::Impl {
             const LayerParams<float> wv = layer_params(v32, l, C);
             const bf16* x = residual + l * MC;
             const float *mu_l = mu + (size_t)l * M, *rstd_l = rstd + (size_t)l * M;
-            bf16 *qkv_l = qkv + l * 3 * MC, *y_l = y + l * MC, *x_mid_l = x_mid + l * MC, *f_l = f + l * 4 * MC;
+            bf16 *qkv_l = qkv + l * 3 * MC, *y_l = y + l * MC, *x_mid_l = x_mid + l * MC, *f_l = f_of(l);
             float *mu_mid_l = mu_mid + (size_t)l * M, *rstd_mid_l = rstd_mid + (size_t)l * M;
             bf16* x_out = residual + (l + 1) * MC;
             const Fold qf = qkv_fold(l), ff = fc_fold(l);
@@ -356,10 +357,16 @@ struct GPT2CodaGPU::Impl {
             const LayerParams<float> wv = layer_params(v32, l, C), lg = layer_params(g, l, C);
             const bf16* x = residual + l * MC;
             const float *mu_l = mu + (size_t)l * M, *rstd_l = rstd + (size_t)l * M;
-            const bf16 *qkv_l = qkv + l * 3 * MC, *y_l = y + l * MC, *x_mid_l = x_mid + l * MC, *f_l = f + l * 4 * MC;
+            const bf16 *qkv_l = qkv + l * 3 * MC, *y_l = y + l * MC, *x_mid_l = x_mid + l * MC, *f_l = f_of(l);
             const float *mu_mid_l = mu_mid + (size_t)l * M, *rstd_mid_l = rstd_mid + (size_t)l * M;
             const Fold qf = qkv_fold(l), ff = fc_fold(l);
 
+            if (recompute_f) {  // --recompute mlp: f again, by the fc GEMM of forward (step 5) without g
+                FcPreactivation<bf16> pr;
+                pr.ln = {{mu_mid_l}, {rstd_mid_l}, {ff.c}, {ff.b_folded}};
+                pr.z = {f_of(l), {C4}};
+                run(pr, GemmProblem{M, C4, C, matrix(x_mid_l, C), matrix(ff.w_folded, C4)});
+            }
             {  // 1. dG GEMM, A = dres, B = Wp^T: df = acc gelu'(f), g = gelu(f) re-emitted, fc fold partials
                 GeluBackward<bf16> pr;
                 pr.f = {f_l, {C4}}, pr.g = {g_buf, {C4}};
@@ -367,21 +374,18 @@ struct GPT2CodaGPU::Impl {
                 finalize_producer(run(pr, GemmProblem{M, C4, C, matrix(dres, C), transposed(w.fcproj_w, C)}), C4,
                                   lg.fc_b);
             }
-            // 2. dW_p GEMM, A = g^T, B = dres. (The fcproj bias gradient was taken from the column
-            //    partials of the epilogue that produced dres: step 10 above, or the LM head dX GEMM.)
-            accumulate(lg.fcproj_w, C4, C, transposed(g_buf, C4), matrix(dres, C));
+            // 2. dW_p GEMM, A = g^T, B = dres (cuBLASLt). (The fcproj bias gradient was taken from the
+            //    column partials of the epilogue that produced dres: step 10 above, or the LM head dX GEMM.)
+            matmul.backward_weight(lg.fcproj_w, g_buf, dres, M, C4, C, stream);
             // 3. dW_fc GEMM, folded (gamma2, beta2); the fc bias gradient was the producer's db
             ln_backward_w(x_mid_l, dz_hat, C4, wv.ln2_w, wv.ln2_b, w.fc_w, {C4}, lg.fc_w, lg.ln2_w, lg.ln2_b);
             // 4. dX GEMM, A = df^, B = W~fc^T: LN2 backward + dres pass-through -> dres' (in place);
             //    column partials -> proj bias gradient
             ln_backward_x(dz_hat, C4, transposed(ff.w_folded, C4), x_mid_l, mu_mid_l, rstd_mid_l, true, lg.proj_b);
-            {  // 5. dY GEMM, A = dres', B = Wo^T -> dy
-                PlainStore<bf16> pr;
-                pr.out = {dy, {C}};
-                run(pr, GemmProblem{M, C, C, matrix(dres, C), transposed(w.proj_w, C)});
-            }
-            // 6. dW_o GEMM, A = y^T, B = dres'
-            accumulate(lg.proj_w, C, C, transposed(y_l, C), matrix(dres, C));
+            // 5. dY GEMM, A = dres', B = Wo^T -> dy (cuBLASLt)
+            matmul.backward_input(dy, dres, w.proj_w, M, C, C, /*accumulate=*/false, stream);
+            // 6. dW_o GEMM, A = y^T, B = dres' (cuBLASLt)
+            matmul.backward_weight(lg.proj_w, y_l, dres, M, C, C, stream);
             // 7. attention backward -> dqkv (into g_buf: g was consumed by step 2)
             bf16* const dqkv = g_buf;
             attention.backward(dqkv, dy, qkv_l, y_l, att_lse + (size_t)l * B * NH * T, B, T, NH, HS, stream);
@@ -407,8 +411,8 @@ struct GPT2CodaGPU::Impl {
     }
 };
 
-GPT2CodaGPU::GPT2CodaGPU(const ModelConfig& cfg, int B, int T, bool prefer_cudnn, std::shared_ptr<DataParallel> dp)
-    : impl_(std::make_unique<Impl>(cfg, B, T, prefer_cudnn, std::move(dp))) {
+GPT2CodaGPU::GPT2CodaGPU(const ModelConfig& cfg, int B, int T, const GPUModelOptions& opt)
+    : impl_(std::make_unique<Impl>(cfg, B, T, opt)) {
     num_params_ = impl_->n_params;
 }
 GPT2CodaGPU::~GPT2CodaGPU() = default;

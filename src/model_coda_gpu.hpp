@@ -4,12 +4,14 @@
 // weights, fp32 gradients and AdamW moments, the parameter layout of the CPU reference; encoder,
 // attention (cuDNN or own flash attention) and the optimizer step are the unfused model's.
 //
-// What it launches: the GEMMs with their epilogue programs, three passes without a GEMM (the
+// What it launches: the GEMMs with their epilogue programs, cuBLASLt for the three GEMMs that have
+// no epilogue work (dY, dW_o, dW_p), three passes without a GEMM (the
 // embedding's row statistics, cross-entropy, the qkv fold after attention backward), tiny
 // finalize kernels that merge epilogue partials, the encoder, attention, and once per optimizer
 // step the AdamW update and the LayerNorm fold (kernels/coda_kernels.cuh). No LayerNorm, GELU,
-// residual-add or bias kernel. Kept for backward per layer and token: x, qkv, y, x', f (bf16),
-// the row statistics of x and x' and attention's lse (fp32); post-GELU g is recomputed.
+// residual-add or bias kernel. Kept for backward per layer and token: x, qkv, y, x', f (bf16; f
+// not with --recompute mlp), the row statistics of x and x' and attention's lse (fp32); post-GELU
+// g is recomputed.
 #pragma once
 #include <memory>
 #include <vector>
@@ -22,8 +24,9 @@ namespace codagpt {
 class GPT2CodaGPU {
 public:
     // Allocates every buffer for micro-batches of B x T up front: the step loop never allocates.
-    // dp: one rank of a data-parallel job (as GPUModelOptions::data_parallel); null for one process.
-    GPT2CodaGPU(const ModelConfig& cfg, int B, int T, bool prefer_cudnn = true, std::shared_ptr<DataParallel> dp = nullptr);
+    // opt as GPT2GPU's; with Recompute::mlp backward runs the fc GEMM again for f, which is then
+    // kept for one layer at a time instead of all of them.
+    GPT2CodaGPU(const ModelConfig& cfg, int B, int T, const GPUModelOptions& opt = {});
     ~GPT2CodaGPU();
     GPT2CodaGPU(const GPT2CodaGPU&) = delete;
     GPT2CodaGPU& operator=(const GPT2CodaGPU&) = delete;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.hpp"
 #include "config.hpp"
 #include "model_cpu.hpp"
 #include "sample.hpp"
@@ -21,7 +22,7 @@ namespace codagpt {
 class DataParallel;  // data_parallel.hpp
 
 struct GPUModelOptions {
-    bool recompute_gelu = false;  // keep one GELU-output buffer, recomputed in backward (llm.c's -r 1)
+    Recompute recompute = Recompute::none;  // activations backward recomputes (backend.hpp)
     bool prefer_cudnn = true;     // cuDNN flash attention when built with it, else our own kernel
     // One rank of a data-parallel job (ZeRO-1 shard of the optimizer state, gradients reduced
     // across ranks, weights all-gathered after each step); null for a single process.

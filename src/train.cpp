@@ -110,8 +110,8 @@ private:
 std::unique_ptr<TrainBackend> make_backend(const TrainConfig& cfg, const TrainOptions& opt,
                                            const std::shared_ptr<DataParallel>& dp) {
     if (use_gpu(opt.device)) {
-        const GPUBackendOptions gpu{opt.recompute == "gelu"};
-        return use_coda(opt.fusion) ? make_coda_gpu_backend(cfg, dp) : make_gpu_backend(cfg, gpu, dp);
+        const GPUBackendOptions gpu{parse_recompute(opt.recompute)};
+        return use_coda(opt.fusion) ? make_coda_gpu_backend(cfg, gpu, dp) : make_gpu_backend(cfg, gpu, dp);
     }
     return make_cpu_backend(cfg);
 }
@@ -181,8 +181,7 @@ std::string duration_text(double seconds) {
 
 int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     validate(cfg);
-    if (opt.recompute != "none" && opt.recompute != "gelu")
-        throw Error("--recompute must be none or gelu, got '" + opt.recompute + "'");
+    parse_recompute(opt.recompute);  // refused before anything runs
     const ModelConfig& mc = cfg.model;
     const int B = cfg.batch_size, T = cfg.seq_len;
     if (opt.stop_after < 0) throw Error("--stop-after must be >= 0, got " + std::to_string(opt.stop_after));

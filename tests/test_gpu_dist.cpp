@@ -52,7 +52,7 @@ struct OneRank : ::testing::TestWithParam<bool> {  // the parameter: the fused (
         cfg.eval_batches = 2;
     }
     std::unique_ptr<TrainBackend> backend(std::shared_ptr<DataParallel> dp) const {
-        return GetParam() ? make_coda_gpu_backend(cfg, std::move(dp)) : make_gpu_backend(cfg, {}, std::move(dp));
+        return GetParam() ? make_coda_gpu_backend(cfg, {}, std::move(dp)) : make_gpu_backend(cfg, {}, std::move(dp));
     }
     // Steps of the training loop (accumulation, norm, update); returns the losses and norms.
     std::vector<double> train(TrainBackend& model) const {

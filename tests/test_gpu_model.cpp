@@ -31,7 +31,7 @@ void check_against_cpu(const Case& c, bool prefer_cudnn) {
     // The GPU holds bf16 weights: give the CPU the same rounded weights so that only the
     // arithmetic differs.
     for (float& w : cpu.params) w = bf16_round(w);
-    GPT2GPU gpu(c.cfg, c.B, c.T, GPUModelOptions{false, prefer_cudnn});
+    GPT2GPU gpu(c.cfg, c.B, c.T, GPUModelOptions{Recompute::none, prefer_cudnn});
     gpu.set_params(cpu.params);
     std::printf("%s: attention backend %s\n", c.name, gpu.attention_backend());
 
@@ -131,5 +131,43 @@ TEST(GPUModel, TwentyStepsFollowCPUAndAreDeterministic) {
             EXPECT_NEAR(g1[s], cpu_losses[s], 1e-2 * cpu_losses[s]) << "step " << s + 1;
         }
         EXPECT_LT(g1.back(), g1.front() - 0.5);  // it trains
+    }
+}
+
+// --recompute trades memory for time and nothing else: on each path, training with GELU outputs or
+// all MLP activations recomputed in backward gives the bits of training with them kept (the same
+// kernels recompute the same values from the same inputs), losses and final weights alike.
+TEST(GPUModel, RecomputeChangesNoBits) {
+    REQUIRE_GPU();
+    TrainConfig tc;
+    tc.model = ModelConfig{3, 4, 128, 64, 50257};
+    tc.batch_size = 4;
+    tc.seq_len = 64;
+    tc.steps = 4;
+    tc.lr = 1e-3;
+    tc.warmup_steps = 1;
+    const std::vector<float> init = gpt2_init_params(tc.model, 7);
+    for (const bool coda : {false, true}) {
+        auto run = [&](Recompute r) {
+            SCOPED_TRACE(std::string(coda ? "fused" : "unfused") + ", --recompute " + recompute_name(r));
+            const GPUBackendOptions opt{r};
+            const std::unique_ptr<TrainBackend> gpu = coda ? make_coda_gpu_backend(tc, opt) : make_gpu_backend(tc, opt);
+            gpu->load_params(init);
+            std::vector<double> losses;
+            for (int s = 0; s < tc.steps; s++) {
+                const std::vector<int> in = random_tokens(tc.batch_size * tc.seq_len, 512, 300 + s),
+                                       tg = random_tokens(tc.batch_size * tc.seq_len, 512, 400 + s);
+                gpu->zero_grad();
+                losses.push_back(gpu->forward_backward(in.data(), tg.data(), 1.0f));
+                gpu->update(lr_at(tc, s), tc);
+            }
+            return std::pair{losses, gpu->save_state().params};
+        };
+        const auto kept = run(Recompute::none);
+        for (const Recompute r : {Recompute::gelu, Recompute::mlp}) {
+            const auto recomputed = run(r);
+            EXPECT_EQ(recomputed.first, kept.first) << (coda ? "fused" : "unfused") << ", " << recompute_name(r);
+            EXPECT_TRUE(recomputed.second == kept.second) << (coda ? "fused" : "unfused") << ", " << recompute_name(r);
+        }
     }
 }
