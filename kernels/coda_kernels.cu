@@ -9,6 +9,9 @@ namespace {
 
 constexpr int kFoldCols = 32, kFoldSplit = 8;  // a fold block: 32 columns (or 8), 8 slices of k
 constexpr int kThreads = 256;
+// Finalize kernels with a thread a row: a few dozen partials each, latency-bound; 128-thread
+// blocks spread M = 16384 rows over 128 SMs instead of 64.
+constexpr int kRowThreads = 128;
 
 // Row-major W [K, N]: thread (tx, ty) sums column j = 32 * blockIdx.x + tx over k = ty, ty + 8, ...
 // (a warp reads 32 consecutive floats per k); the 8 slices are added in slice order.
@@ -89,21 +92,47 @@ __global__ void finalize_loss_kernel(float* lse, float* loss, const float* parti
     loss[i] = t.loss;
 }
 
-// Threads 0..M-1 take the rows, M..M+N-1 the columns.
+// Column sums of partials [n_tiles, N] for the block's kColsPerBlock columns from j0, in
+// coda::merge_col's order: thread (c, g) merges group g of column j0 + c, then thread (c, 0)
+// combines the groups in order. Returns the sum in the threads with g = 0 (0 elsewhere).
+constexpr int kColsPerBlock = kThreads / coda::kColGroups;
+template <int kArrays>
+__device__ void block_col_sums(const float* const (&partials)[kArrays], int j0, int n_tiles, int N,
+                               float (&sum)[kArrays]) {
+    __shared__ coda::Sum groups[kArrays][coda::kColGroups][kColsPerBlock];
+    const int c = threadIdx.x % kColsPerBlock, g = threadIdx.x / kColsPerBlock, j = j0 + c;
+#pragma unroll
+    for (int a = 0; a < kArrays; a++)
+        groups[a][g][c] = j < N ? coda::merge_col_group<coda::Sum>(partials[a], j, g, n_tiles, N) : coda::Sum{};
+    __syncthreads();
+#pragma unroll
+    for (int a = 0; a < kArrays; a++) {
+        coda::Sum total = groups[a][0][c];
+        if (g == 0)
+            for (int h = 1; h < coda::kColGroups; h++) total.combine(groups[a][h][c]);
+        sum[a] = g == 0 ? total.s : 0.f;
+    }
+}
+
+// Blocks 0 .. row_blocks-1 take the rows (a thread each), the others kColsPerBlock columns each.
 __global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, float* v, float* bias_grad,
                                      const float* m1_partials, const float* m2_partials, const float* db_partials,
-                                     const float* v_partials, int M, int N, int K, int tiles_n, int tiles_m) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < M) {
-        m1[t] = coda::finalize_row_sum(m1_partials, t, tiles_n, 1.f / K);
-        m2[t] = coda::finalize_row_sum(m2_partials, t, tiles_n, 1.f / K);
-    } else if (t < M + N) {
-        const int j = t - M;
-        const float col = coda::finalize_col_sum(db_partials, j, tiles_m, N);
-        db[j] = col;
-        v[j] = coda::finalize_col_sum(v_partials, j, tiles_m, N);
-        if (bias_grad) bias_grad[j] += col;
+                                     const float* v_partials, int M, int N, int K, int tiles_n, int tiles_m,
+                                     int row_blocks) {
+    if ((int)blockIdx.x < row_blocks) {
+        const int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i >= M) return;
+        m1[i] = coda::finalize_row_sum(m1_partials, i, tiles_n, 1.f / K);
+        m2[i] = coda::finalize_row_sum(m2_partials, i, tiles_n, 1.f / K);
+        return;
     }
+    const int j0 = (blockIdx.x - row_blocks) * kColsPerBlock, j = j0 + threadIdx.x;
+    float sums[2];
+    block_col_sums<2>({db_partials, v_partials}, j0, tiles_m, N, sums);
+    if ((int)threadIdx.x >= kColsPerBlock || j >= N) return;
+    db[j] = sums[0];
+    v[j] = sums[1];
+    if (bias_grad) bias_grad[j] += sums[0];
 }
 
 __global__ void finalize_ln_grads_kernel(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
@@ -115,8 +144,10 @@ __global__ void finalize_ln_grads_kernel(float* dgamma, float* dbeta, const floa
 }
 
 __global__ void finalize_bias_grad_kernel(float* bias_grad, const float* partials, int N, int n_tiles) {
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j < N) bias_grad[j] += coda::finalize_col_sum(partials, j, n_tiles, N);
+    const int j0 = blockIdx.x * kColsPerBlock, j = j0 + threadIdx.x;
+    float sum[1];
+    block_col_sums<1>({partials}, j0, n_tiles, N, sum);
+    if ((int)threadIdx.x < kColsPerBlock && j < N) bias_grad[j] += sum[0];
 }
 
 }  // namespace
@@ -141,33 +172,35 @@ void coda_widen(float* dst, const bf16* src, long n, cudaStream_t stream) {
 }
 
 void coda_row_stats(float* mu, float* rstd, const float* partials, int M, int n_tiles, cudaStream_t stream) {
-    finalize_row_stats_kernel<<<ceil_div(M, kThreads), kThreads, 0, stream>>>(mu, rstd, partials, M, n_tiles);
+    finalize_row_stats_kernel<<<ceil_div(M, kRowThreads), kRowThreads, 0, stream>>>(mu, rstd, partials, M, n_tiles);
     CUDA_CHECK_LAUNCH(finalize_row_stats_kernel);
 }
 
 void coda_token_loss(float* lse, float* loss, const float* partials, const float* target_logit, int M, int n_tiles,
                      cudaStream_t stream) {
-    finalize_loss_kernel<<<ceil_div(M, kThreads), kThreads, 0, stream>>>(lse, loss, partials, target_logit, M, n_tiles);
+    finalize_loss_kernel<<<ceil_div(M, kRowThreads), kRowThreads, 0, stream>>>(lse, loss, partials, target_logit, M, n_tiles);
     CUDA_CHECK_LAUNCH(finalize_loss_kernel);
 }
 
 void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* v, float* bias_grad, const float* m1_partials,
                                  const float* m2_partials, const float* db_partials, const float* v_partials, int M,
                                  int N, int K, int tiles_n, int tiles_m, cudaStream_t stream) {
-    finalize_fold_gradient_kernel<<<ceil_div((long)M + N, kThreads), kThreads, 0, stream>>>(
-        m1, m2, db, v, bias_grad, m1_partials, m2_partials, db_partials, v_partials, M, N, K, tiles_n, tiles_m);
+    const int row_blocks = ceil_div(M, kThreads);
+    finalize_fold_gradient_kernel<<<row_blocks + ceil_div(N, kColsPerBlock), kThreads, 0, stream>>>(
+        m1, m2, db, v, bias_grad, m1_partials, m2_partials, db_partials, v_partials, M, N, K, tiles_n, tiles_m,
+        row_blocks);
     CUDA_CHECK_LAUNCH(finalize_fold_gradient_kernel);
 }
 
 void coda_accumulate_ln_grads(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
                               int K, int n_tiles, cudaStream_t stream) {
-    finalize_ln_grads_kernel<<<ceil_div(K, kThreads), kThreads, 0, stream>>>(dgamma, dbeta, dgamma_partials, dbeta_partials, K,
+    finalize_ln_grads_kernel<<<ceil_div(K, kRowThreads), kRowThreads, 0, stream>>>(dgamma, dbeta, dgamma_partials, dbeta_partials, K,
                                                                      n_tiles);
     CUDA_CHECK_LAUNCH(finalize_ln_grads_kernel);
 }
 
 void coda_accumulate_bias_grad(float* bias_grad, const float* partials, int N, int n_tiles, cudaStream_t stream) {
-    finalize_bias_grad_kernel<<<ceil_div(N, kThreads), kThreads, 0, stream>>>(bias_grad, partials, N, n_tiles);
+    finalize_bias_grad_kernel<<<ceil_div(N, kColsPerBlock), kThreads, 0, stream>>>(bias_grad, partials, N, n_tiles);
     CUDA_CHECK_LAUNCH(finalize_bias_grad_kernel);
 }
 

@@ -23,7 +23,7 @@
 //      and calls write_row(row, {i, tn, nTilesN}) once per row (likewise write_col(col, {j, tm, N})).
 // So a row partial covers the columns of one N-tile and a column partial the rows of one M-tile;
 // they land in fp32 buffers [M, nTilesN, words] and [nTilesM, N, words], one slot per tile, and
-// tiny finalize functions merge them in tile order (merge_row, merge_col below). No atomics:
+// tiny finalize functions merge them in a fixed tile order (merge_row, merge_col below). No atomics:
 // results are deterministic for a given tile shape and thread layout. The combine order is the
 // engine's to fix and document (warp shuffles, then shared memory); every combine here is
 // associative up to rounding, so orders differ only by rounding. The emulator's order is
@@ -359,13 +359,13 @@ struct ColPartials {
     CODA_HD void write(const R& r, ColSlot s) const { r.store(p + ((long)s.tile * s.n + s.j) * R::kWords); }
 };
 
-// The finalize side: merge the partials of row i (column j) in increasing tile order.
+// The finalize side: merge the partials of row i in increasing tile order; those of column j in
+// kColGroups groups of consecutive M-tiles, each group in tile order, then the groups in order. A
+// column has one partial per M-tile (128 at 16384 tokens), too many serial loads for one GPU
+// thread: the finalize kernels give each group its own thread and combine the groups in this order.
 template <class R>
 CODA_HD R merge_row(const float* partials, int i, int n_tiles) {
     R total{};
-#ifdef __CUDA_ARCH__
-#pragma unroll 16  // the loads of 16 tiles in flight a thread (the finalize kernels are latency-bound)
-#endif
     for (int t = 0; t < n_tiles; t++) {
         R part;
         part.load(partials + ((long)i * n_tiles + t) * R::kWords);
@@ -373,17 +373,23 @@ CODA_HD R merge_row(const float* partials, int i, int n_tiles) {
     }
     return total;
 }
+constexpr int kColGroups = 8;
+// The first M-tile of column group g (g = kColGroups: n_tiles); groups may be empty.
+CODA_HD inline int col_group_begin(int g, int n_tiles) { return (int)((long)n_tiles * g / kColGroups); }
 template <class R>
-CODA_HD R merge_col(const float* partials, int j, int n_tiles, int n) {
+CODA_HD R merge_col_group(const float* partials, int j, int g, int n_tiles, int n) {
     R total{};
-#ifdef __CUDA_ARCH__
-#pragma unroll 16
-#endif
-    for (int t = 0; t < n_tiles; t++) {
+    for (int t = col_group_begin(g, n_tiles); t < col_group_begin(g + 1, n_tiles); t++) {
         R part;
         part.load(partials + ((long)t * n + j) * R::kWords);
         total.combine(part);
     }
+    return total;
+}
+template <class R>
+CODA_HD R merge_col(const float* partials, int j, int n_tiles, int n) {
+    R total = merge_col_group<R>(partials, j, 0, n_tiles, n);
+    for (int g = 1; g < kColGroups; g++) total.combine(merge_col_group<R>(partials, j, g, n_tiles, n));
     return total;
 }
 
