@@ -3,8 +3,8 @@
 # scripts/device_pack.sh. Everything lands in three files under $OUT (default ./gpu_out):
 # tests.log, bench.log and train_bench.json (benchmark records, bench/results format).
 #   bash scripts/gpu_check.sh DIR tests      every GPU test binary
-#   bash scripts/gpu_check.sh DIR bench      350M and 1.5B at B=16, T=1024: codagpt (GELU kept and
-#                                            recomputed) and the PyTorch peer (eager and compiled)
+#   bash scripts/gpu_check.sh DIR bench      350M and 1.5B at B=16, T=1024: codagpt (each --recompute
+#                                            mode) and the PyTorch peer (eager and compiled)
 #   bash scripts/gpu_check.sh DIR trace      the kernels of one training step and their times, each
 #                                            fusion path, 350M and 1.5B (TRACE_MODELS):
 #                                            trace_{coda,unfused}_{350m,1.5b}.txt
@@ -41,7 +41,7 @@ if [[ $what == bench || $what == all ]]; then
   data=(--train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" --eval_every 0 --eval_batches 1)
   json=$out/train_bench.json
   for model in gpt2-350m gpt2-1.5b; do
-    for recompute in none gelu; do
+    for recompute in none gelu mlp; do
       log=$runs/train-$model-$recompute.log
       "$dir/codagpt" train --config "$dir/configs/$model.json" --device cuda --steps "${STEPS:-30}" --recompute $recompute \
         --out_dir "$runs/run-$model-$recompute" "${data[@]}" --log_every 5 --bench-json "$json" > "$log" 2>&1
