@@ -8,9 +8,9 @@
 // no epilogue work (dY, dW_o, dW_p), three passes without a GEMM (the embedding's row statistics,
 // cross-entropy, the qkv fold after attention backward), tiny finalize kernels that merge epilogue
 // partials, the encoder, attention, and once per optimizer step the AdamW update and the LayerNorm
-// fold (kernels/coda_kernels.cuh). No LayerNorm, GELU, residual-add or bias kernel. Kept for backward per layer and token: x, qkv, y, x', f (bf16; f
-// not with --recompute mlp), the row statistics of x and x' and attention's lse (fp32); post-GELU
-// g is recomputed.
+// fold (kernels/coda_kernels.cuh). No LayerNorm, GELU, residual-add or bias kernel. Kept for
+// backward per layer and token: x, qkv, y, x', f (bf16; f not with --recompute mlp), the row
+// statistics of x and x' and attention's lse (fp32); post-GELU g is recomputed.
 #pragma once
 #include <memory>
 #include <vector>
