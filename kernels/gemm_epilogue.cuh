@@ -22,8 +22,7 @@
 // the columns 8 (T % 4) ... + 7 of each half, in the rows T / 4 + p ROWS_PER_PASS (p = 0 ...
 // PASSES - 1): its rows are the same in every chunk, so a row's state stays in the thread across
 // the chunks; its columns are the same in every pass of a half, so their vector values are taken
-// once. A segment's stores are written after its 8 elements (FlushElement). Each segment reads
-// the next segment's tile values and row values ahead (SegmentElement),
+// once. Each segment reads the next segment's tile values and row values ahead (SegmentElement),
 // across halves and chunks too: the latency of those loads hides behind this segment's
 // arithmetic; the first segment's are read before the first chunk is staged, with the tile's
 // column vector values (one a thread), which wait in shared memory. On the Hopper mainloop the
@@ -192,17 +191,14 @@ __device__ inline int column_vector_slot(int& counter) {
 }  // namespace detail
 
 // Element k (0..7, a compile-time constant once unrolled) of the segment of columns j - k ... j - k + 7
-// of row i. Tile accesses: element 0's load takes all 8 values (the others take theirs from
-// `slots`), and a store only keeps its value there (FlushElement writes all 8). Element 0 also reads the next segment's (row
+// of row i. Tile accesses: element 0's load takes all 8 values, element 7's store writes all 8
+// (the others hand their values over in `slots`). Element 0 also reads the next segment's (row
 // next_i, columns from next_j; next_i = -1 where there is none) bf16 tile values and row vector
 // values. new_cols: this segment starts a half chunk, and takes its 8 columns' values of each
-// column vector from the tile's in shared memory (col_vectors). Stores only hand over their values,
-// unrounded (the value store() returns is rounded on its own, and costs nothing where the program
-// does not use it): a FlushElement writes the segment once its 8 elements are done, so no element's
-// arithmetic waits behind a store's branch (measured, Nsight Compute on the H200: with the write in
-// element 7, the compiler interleaved elements 0-6 and ran element 7's GELU after the store, a
-// dependent chain of 10 instructions a segment). Reading ahead keeps each element's read before its
-// write, so an output may alias an input (ResidualForward's x_out and residual).
+// column vector from the tile's in shared memory (col_vectors). Stores hand over the values
+// unrounded: element 7 rounds and packs them in pairs (the value store() returns is rounded on its
+// own, and costs nothing where the program does not use it). Reading ahead keeps each element's
+// read before its write, so an output may alias an input (ResidualForward's x_out and residual).
 struct SegmentElement {
     float acc;
     int i, j, k;
@@ -241,9 +237,22 @@ struct SegmentElement {
         return detail::value8(w, k, (T*)nullptr);
     }
     template <class T>
-    __device__ float store(T*, const Layout&, float x) const {
+    __device__ float store(T* p, const Layout& layout, float x) const {
         const int s = detail::next_slot(counters->store);
         slots->stored[k].set(s, x);
+        if (k == 7) {
+            float v[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = slots->stored[e].get(s);
+            if (detail::whole_segments(p, layout)) {
+                uint32_t w[8];
+                detail::words8(v, w, (T*)nullptr);
+                detail::write8(p + layout.at(i, j - 7), w);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) p[layout.at(i, j - 7 + e)] = round_to<T>(v[e]);
+            }
+        }
         return to_float(round_to<T>(x));
     }
     __device__ void row_output(float* out, float x) const { out[i] = x; }
@@ -310,44 +319,6 @@ struct PreloadElement {
         if (col >= 0) slots->tile_col.set(s, detail::as_word(load_input(v + col)));
         return T{};
     }
-};
-
-// Writes what the 8 elements of a segment (row i, columns j ... j + 7) handed to each store: run
-// through a program's element() like them after the last (as element 7, so a program's stores are
-// numbered and taken as theirs were), rounding and packing pairs (one cvt.rn.bf16x2 a pair) into
-// one 16-byte store for bf16 (two for fp32), or element by element where the tile is stored
-// transposed or its segments are not 16-byte aligned. Nothing else it does or returns is anything
-// (zeros, and row and column states the caller discards), so the compiler drops the program's
-// arithmetic.
-struct FlushElement {
-    float acc = 0.f;
-    int i, j;  // j: the segment's last column (element 7's)
-    ElementCounters* counters;
-    SegmentSlots* slots;
-
-    template <class T, class L>
-    __device__ T load(const T*, const L&) const { return T{}; }
-    template <class T>
-    __device__ float store(T* p, const Layout& layout, float) const {
-        const int s = detail::next_slot(counters->store);
-        float v[8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = slots->stored[e].get(s);
-        if (detail::whole_segments(p, layout)) {
-            uint32_t w[8];
-            detail::words8(v, w, (T*)nullptr);
-            detail::write8(p + layout.at(i, j - 7), w);
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; e++) p[layout.at(i, j - 7 + e)] = round_to<T>(v[e]);
-        }
-        return 0.f;
-    }
-    __device__ void row_output(float*, float) const {}
-    template <class T>
-    __device__ T row_input(const T*) const { return T{}; }
-    template <class T>
-    __device__ T col_input(const T*) const { return T{}; }
 };
 
 // The element TileEpilogue::prefetch runs a program with, once per row of a tile: its loads ask
@@ -584,12 +555,6 @@ struct TileEpilogue {
                         p.element(SegmentElement{v[k], i, j0 + k, k, pass == 0, next ? next_i : -1, next_j,
                                                  segment_cols, kColStride, &counters, &slots},
                                   row_state, cols[k]);
-                    }
-                    {
-                        ElementCounters counters;
-                        Row row_none{};
-                        Col col_none{};
-                        p.element(FlushElement{0.f, i, j0 + 7, &counters, &slots}, row_none, col_none);
                     }
                     detail::select_set(rows, pass, row_state);
                 }
