@@ -6,8 +6,11 @@
 //   bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING]
 //
 // Each shape: a correctness check against cuBLASLt's output (relative Frobenius error, our
-// output poisoned with NaN first), then the median of --reps timed runs (CUDA events, after
-// warm-up), rotating among input sets when the inputs fit in L2. --sweep also times every tile
+// output poisoned with NaN first), then --reps timed rounds (CUDA events, after warm-up), each
+// running cuBLASLt then ours (a fused program: our plain GEMM, then the program), rotating among
+// input sets when the inputs fit in L2: the medians of each, and as the ratio the median of the
+// rounds' ratios (paired_median_ms: the two calls of a round share the GPU's clock state; our
+// plain GEMM's median alone moved by up to 10% between two runs in one process). --sweep also times every tile
 // configuration of the mainloop with K unsplit (the default times the engine's plan: its tile
 // configuration and split-K factor, "/kS" in the tile column). Prints a table,
 // the geometric-mean ratio last, and appends "gemm" records (../shared/design/RESULTS.md) to --json.
@@ -211,6 +214,7 @@ std::string plan_name(const GemmProblem& prob) {
 struct Row {
     std::string label;
     double ours_ms, ref_ms;
+    double ratio;  // median of the rounds' ours / reference times
 };
 
 struct Bench {
@@ -224,7 +228,7 @@ struct Bench {
     int failures = 0;
 
     void record(const Shape& s, const std::string& program, double ms, const char* ref_key, double ref_ms,
-                const std::string& tile, double err) {
+                double ratio, const std::string& tile, double err) {
         if (json.empty()) return;
         nlohmann::json r;
         r["kind"] = "gemm";
@@ -236,6 +240,7 @@ struct Bench {
         r["ours_ms"] = ms;
         r["ours_tflops"] = s.flops() / ms * 1e-9;
         r[ref_key] = ref_ms;
+        r["paired_ratio"] = ratio;  // median of the rounds' ours_ms / ref_key times
         r["tile"] = tile;
         r["rel_err"] = err;
         stamp_record(r, command);
@@ -300,8 +305,9 @@ struct Bench {
             return;
         }
 
-        const double ref_ms = median_ms([&](int r) { cublas_gemm(mm, s, a[r % sets], b[r % sets], ref); }, reps);
-        const double ms = median_ms([&](int r) { run_ours(r % sets, -1); }, reps);
+        const PairedTimes t = paired_median_ms([&](int r) { cublas_gemm(mm, s, a[r % sets], b[r % sets], ref); },
+                                               [&](int r) { run_ours(r % sets, -1); }, reps);
+        const double ref_ms = t.ref_ms, ms = t.ms;
         std::string sweep_text;
         if (sweep)
             for (int t = 0; t < sm90::kNumTiles; t++) {
@@ -312,11 +318,11 @@ struct Bench {
             }
         const std::string label = s.model + " " + s.name;
         fprintf(log, "%-18s %6d %6d %6d %-7s %-12s %9.4f %9.4f %6.3f %7.1f  err %.2e %s%s%s\n", label.c_str(), s.M,
-                s.N, s.K, s.layout().c_str(), tile.c_str(), ms, ref_ms, ref_ms / ms, s.flops() / ms * 1e-9, err,
+                s.N, s.K, s.layout().c_str(), tile.c_str(), ms, ref_ms, 1.0 / t.ratio, s.flops() / ms * 1e-9, err,
                 ok ? "ok" : "FAIL", sweep ? " |" : "", sweep_text.c_str());
         fflush(log);
-        plain_rows.push_back({label, ms, ref_ms});
-        record(s, "plain", ms, "cublaslt_ms", ref_ms, tile, err);
+        plain_rows.push_back({label, ms, ref_ms, t.ratio});
+        record(s, "plain", ms, "cublaslt_ms", ref_ms, t.ratio, tile, err);
     }
 
     // A fused program on `s` against our plain GEMM of the same shape and output type.
@@ -332,18 +338,17 @@ struct Bench {
         const TileShape ts = sm90::tile_shape(prob);
         const auto program = make(buf, prob, ts);
         void* plain_out = s.accumulate ? (void*)buf.get<float>(out_n) : (void*)buf.get<bf16>(out_n);
-        const double plain_ms = median_ms(
+        const PairedTimes t = paired_median_ms(
             [&](int) {
                 if (s.accumulate) sm90::gemm(plain_accumulate((float*)plain_out, s.N), prob, 0);
                 else sm90::gemm(plain_store((bf16*)plain_out, s.N), prob, 0);
             },
-            reps);
-        const double ms = median_ms([&](int) { sm90::gemm(program, prob, 0); }, reps);
+            [&](int) { sm90::gemm(program, prob, 0); }, reps);
         const std::string label = "1.5b " + s.name + " " + name;
-        fprintf(log, "%-36s %9.4f %9.4f %6.3f\n", label.c_str(), ms, plain_ms, ms / plain_ms);
+        fprintf(log, "%-36s %9.4f %9.4f %6.3f\n", label.c_str(), t.ms, t.ref_ms, t.ratio);
         fflush(log);
-        fused_rows.push_back({label, ms, plain_ms});
-        record(s, name, ms, "plain_ms", plain_ms, plan_name(prob), NAN);
+        fused_rows.push_back({label, t.ms, t.ref_ms, t.ratio});
+        record(s, name, t.ms, "plain_ms", t.ref_ms, t.ratio, plan_name(prob), NAN);
     }
 
     void fused_programs() {
@@ -458,7 +463,7 @@ struct Bench {
 
 double geomean(const std::vector<Row>& rows, bool ref_over_ours) {
     double s = 0;
-    for (const Row& r : rows) s += std::log(ref_over_ours ? r.ref_ms / r.ours_ms : r.ours_ms / r.ref_ms);
+    for (const Row& r : rows) s += std::log(ref_over_ours ? 1.0 / r.ratio : r.ratio);
     return rows.empty() ? NAN : std::exp(s / rows.size());
 }
 
@@ -500,7 +505,7 @@ int run(int argc, char** argv) {
         bench.fused_programs();
     }
     printf("\n");
-    for (const Row& r : bench.fused_rows) printf("fused %-36s %.3fx plain\n", r.label.c_str(), r.ours_ms / r.ref_ms);
+    for (const Row& r : bench.fused_rows) printf("fused %-36s %.3fx plain\n", r.label.c_str(), r.ratio);
     printf("geomean cuBLASLt/ours (speed ratio ours vs cuBLASLt) over %zu shapes: %.4f\n", bench.plain_rows.size(),
            geomean(bench.plain_rows, true));
     if (bench.failures) printf("%d shapes FAILED the check against cuBLASLt\n", bench.failures);

@@ -70,31 +70,68 @@ __device__ inline float hash_uniform(unsigned long i, unsigned seed) {
 }
 #endif
 
+namespace detail {
+// f(r) (or f() where f takes no index), between two CUDA events on the default stream: its ms.
+template <class F>
+float timed_call_ms(F& f, int r, cudaEvent_t start, cudaEvent_t stop) {
+    CUDA_CHECK(cudaEventRecord(start));
+    if constexpr (std::is_invocable_v<F&, int>) f(r);
+    else f();
+    CUDA_CHECK(cudaEventRecord(stop));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return ms;
+}
+inline double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+}  // namespace detail
+
 // The median time in ms of `runs` calls of f (f(r) with the call's index r = 0, 1, ... when f takes
 // one), each between two CUDA events on the default stream, after `warmup` calls that are not
 // timed: for benchmarks and bandwidth tests.
 template <class F>
 double median_ms(F&& f, int runs = 20, int warmup = 3) {
-    auto call = [&](int r) {
-        if constexpr (std::is_invocable_v<F&, int>) f(r);
-        else f();
-    };
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
-    for (int r = 0; r < warmup; r++) call(r);
-    std::vector<float> ms(runs);
+    for (int r = 0; r < warmup; r++) detail::timed_call_ms(f, r, start, stop);
+    std::vector<double> ms(runs);
+    for (int r = 0; r < runs; r++) ms[r] = detail::timed_call_ms(f, r, start, stop);
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    return detail::median_of(ms);
+}
+
+// Two workloads timed in alternation: in each of `runs` rounds (after `warmup` untimed ones) a
+// reference call, then the call measured against it, each between its own CUDA events. The medians
+// of each, and the median of the rounds' ratios (measured / reference time): the two calls of a
+// round share the GPU's clock and thermal state, so that ratio moves less between runs than the
+// ratio of two medians taken one after the other (bench_gemm on the H200: our plain GEMM's median
+// moved by up to 10% between two runs in one process).
+struct PairedTimes {
+    double ref_ms, ms, ratio;
+};
+template <class Ref, class F>
+PairedTimes paired_median_ms(Ref&& ref, F&& f, int runs = 20, int warmup = 3) {
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    for (int r = 0; r < warmup; r++) {
+        detail::timed_call_ms(ref, r, start, stop);
+        detail::timed_call_ms(f, r, start, stop);
+    }
+    std::vector<double> ref_ms(runs), ms(runs), ratio(runs);
     for (int r = 0; r < runs; r++) {
-        CUDA_CHECK(cudaEventRecord(start));
-        call(r);
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        CUDA_CHECK(cudaEventElapsedTime(&ms[r], start, stop));
+        ref_ms[r] = detail::timed_call_ms(ref, r, start, stop);
+        ms[r] = detail::timed_call_ms(f, r, start, stop);
+        ratio[r] = ms[r] / ref_ms[r];
     }
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
-    std::sort(ms.begin(), ms.end());
-    return ms[runs / 2];
+    return {detail::median_of(ref_ms), detail::median_of(ms), detail::median_of(ratio)};
 }
 
 }  // namespace codagpt
