@@ -10,10 +10,11 @@
 // running cuBLASLt then ours (a fused program: our plain GEMM, then the program), rotating among
 // input sets when the inputs fit in L2: the medians of each, and as the ratio the median of the
 // rounds' ratios (paired_median_ms: the two calls of a round share the GPU's clock state; our
-// plain GEMM's median alone moved by up to 10% between two runs in one process). --sweep also times every tile
-// configuration of the mainloop with K unsplit (the default times the engine's plan: its tile
-// configuration and split-K factor, "/kS" in the tile column). Prints a table,
-// the geometric-mean ratio last, and appends "gemm" records (../shared/design/RESULTS.md) to --json.
+// plain GEMM's median alone moved by up to 10% between two runs in one process). --sweep also
+// times every tile configuration of the mainloop with K unsplit (the default times the engine's
+// plan: its tile configuration and split-K factor, "/kS" in the tile column). Prints a table, the
+// geometric-mean ratio last, and appends "gemm" records (../shared/design/RESULTS.md, with
+// paired_ratio) to --json.
 #include <cuda_runtime.h>
 
 #include <algorithm>
