@@ -214,7 +214,6 @@ std::string plan_name(const GemmProblem& prob) {
 
 struct Row {
     std::string label;
-    double ours_ms, ref_ms;
     double ratio;  // median of the rounds' ours / reference times
 };
 
@@ -228,8 +227,9 @@ struct Bench {
     FILE* log = stdout;
     int failures = 0;
 
-    void record(const Shape& s, const std::string& program, double ms, const char* ref_key, double ref_ms,
-                double ratio, const std::string& tile, double err) {
+    // t: ours against the reference named ref_key ("cublaslt_ms" or "plain_ms").
+    void record(const Shape& s, const std::string& program, const PairedTimes& t, const char* ref_key,
+                const std::string& tile, double err) {
         if (json.empty()) return;
         nlohmann::json r;
         r["kind"] = "gemm";
@@ -238,10 +238,10 @@ struct Bench {
         r["model"] = s.model;
         r["gemm"] = s.name;
         r["program"] = program;
-        r["ours_ms"] = ms;
-        r["ours_tflops"] = s.flops() / ms * 1e-9;
-        r[ref_key] = ref_ms;
-        r["paired_ratio"] = ratio;  // median of the rounds' ours_ms / ref_key times
+        r["ours_ms"] = t.ms;
+        r["ours_tflops"] = s.flops() / t.ms * 1e-9;
+        r[ref_key] = t.ref_ms;
+        r["paired_ratio"] = t.ratio;  // median of the rounds' ours_ms / ref_key times
         r["tile"] = tile;
         r["rel_err"] = err;
         stamp_record(r, command);
@@ -308,22 +308,21 @@ struct Bench {
 
         const PairedTimes t = paired_median_ms([&](int r) { cublas_gemm(mm, s, a[r % sets], b[r % sets], ref); },
                                                [&](int r) { run_ours(r % sets, -1); }, reps);
-        const double ref_ms = t.ref_ms, ms = t.ms;
         std::string sweep_text;
         if (sweep)
-            for (int t = 0; t < sm90::kNumTiles; t++) {
-                const double tms = median_ms([&](int r) { run_ours(r % sets, t); }, reps);
+            for (int k = 0; k < sm90::kNumTiles; k++) {
+                const double tms = median_ms([&](int r) { run_ours(r % sets, k); }, reps);
                 char b2[64];
-                snprintf(b2, sizeof b2, " %s %.4f", sm90::tile_name(sm90::kTiles[t]), tms);
+                snprintf(b2, sizeof b2, " %s %.4f", sm90::tile_name(sm90::kTiles[k]), tms);
                 sweep_text += b2;
             }
         const std::string label = s.model + " " + s.name;
         fprintf(log, "%-18s %6d %6d %6d %-7s %-12s %9.4f %9.4f %6.3f %7.1f  err %.2e %s%s%s\n", label.c_str(), s.M,
-                s.N, s.K, s.layout().c_str(), tile.c_str(), ms, ref_ms, 1.0 / t.ratio, s.flops() / ms * 1e-9, err,
+                s.N, s.K, s.layout().c_str(), tile.c_str(), t.ms, t.ref_ms, 1.0 / t.ratio, s.flops() / t.ms * 1e-9, err,
                 ok ? "ok" : "FAIL", sweep ? " |" : "", sweep_text.c_str());
         fflush(log);
-        plain_rows.push_back({label, ms, ref_ms, t.ratio});
-        record(s, "plain", ms, "cublaslt_ms", ref_ms, t.ratio, tile, err);
+        plain_rows.push_back({label, t.ratio});
+        record(s, "plain", t, "cublaslt_ms", tile, err);
     }
 
     // A fused program on `s` against our plain GEMM of the same shape and output type.
@@ -348,8 +347,8 @@ struct Bench {
         const std::string label = "1.5b " + s.name + " " + name;
         fprintf(log, "%-36s %9.4f %9.4f %6.3f\n", label.c_str(), t.ms, t.ref_ms, t.ratio);
         fflush(log);
-        fused_rows.push_back({label, t.ms, t.ref_ms, t.ratio});
-        record(s, name, t.ms, "plain_ms", t.ref_ms, t.ratio, plan_name(prob), NAN);
+        fused_rows.push_back({label, t.ratio});
+        record(s, name, t, "plain_ms", plan_name(prob), NAN);
     }
 
     void fused_programs() {
@@ -462,9 +461,10 @@ struct Bench {
     }
 };
 
-double geomean(const std::vector<Row>& rows, bool ref_over_ours) {
+// Geometric mean of the rows' speed ratios (reference time / ours).
+double speed_geomean(const std::vector<Row>& rows) {
     double s = 0;
-    for (const Row& r : rows) s += std::log(ref_over_ours ? 1.0 / r.ratio : r.ratio);
+    for (const Row& r : rows) s -= std::log(r.ratio);
     return rows.empty() ? NAN : std::exp(s / rows.size());
 }
 
@@ -508,7 +508,7 @@ int run(int argc, char** argv) {
     printf("\n");
     for (const Row& r : bench.fused_rows) printf("fused %-36s %.3fx plain\n", r.label.c_str(), r.ratio);
     printf("geomean cuBLASLt/ours (speed ratio ours vs cuBLASLt) over %zu shapes: %.4f\n", bench.plain_rows.size(),
-           geomean(bench.plain_rows, true));
+           speed_geomean(bench.plain_rows));
     if (bench.failures) printf("%d shapes FAILED the check against cuBLASLt\n", bench.failures);
     return bench.failures ? 1 : 0;
 }

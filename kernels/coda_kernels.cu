@@ -106,12 +106,8 @@ __device__ void block_col_sums(const float* const (&partials)[kArrays], int j0, 
         groups[a][g][c] = j < N ? coda::merge_col_group<coda::Sum>(partials[a], j, g, n_tiles, N) : coda::Sum{};
     __syncthreads();
 #pragma unroll
-    for (int a = 0; a < kArrays; a++) {
-        coda::Sum total = groups[a][0][c];
-        if (g == 0)
-            for (int h = 1; h < coda::kColGroups; h++) total.combine(groups[a][h][c]);
-        sum[a] = g == 0 ? total.s : 0.f;
-    }
+    for (int a = 0; a < kArrays; a++)
+        sum[a] = g == 0 ? coda::combine_col_groups<coda::Sum>([&](int h) { return groups[a][h][c]; }).s : 0.f;
 }
 
 // Blocks 0 .. row_blocks-1 take the rows (a thread each), the others kColsPerBlock columns each.

@@ -386,11 +386,17 @@ CODA_HD R merge_col_group(const float* partials, int j, int g, int n_tiles, int 
     }
     return total;
 }
+// The groups' states group(0) ... group(kColGroups - 1) combined in order: merge_col's, and the
+// finalize kernels', which merge each group on its own thread.
+template <class R, class Group>
+CODA_HD R combine_col_groups(const Group& group) {
+    R total = group(0);
+    for (int g = 1; g < kColGroups; g++) total.combine(group(g));
+    return total;
+}
 template <class R>
 CODA_HD R merge_col(const float* partials, int j, int n_tiles, int n) {
-    R total = merge_col_group<R>(partials, j, 0, n_tiles, n);
-    for (int g = 1; g < kColGroups; g++) total.combine(merge_col_group<R>(partials, j, g, n_tiles, n));
-    return total;
+    return combine_col_groups<R>([&](int g) { return merge_col_group<R>(partials, j, g, n_tiles, n); });
 }
 
 // For programs without row or column reductions: inherit these.
