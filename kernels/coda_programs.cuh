@@ -71,7 +71,6 @@ struct QkvForward : NoRowPartials, NoColPartials {
 // g is taken from the stored f, as GeluBackward recomputes it, so both passes see the same g.
 template <class Act = bf16>
 struct FcForward : NoRowPartials, NoColPartials {
-    static constexpr bool kEpilogueBound = true;  // gelu
     LnFold ln;
     StoreTile<Act> f, g;
     template <class E>
@@ -125,7 +124,6 @@ struct ResidualStats : NoColPartials {
 // softmax - onehot: so its softmax sums to one. Padded columns (j >= vocab) are stored, not counted.
 template <class Act = bf16>
 struct LmHeadForward : NoColPartials {
-    static constexpr bool kEpilogueBound = true;  // exp
     LnFold ln;
     StoreTile<Act> logits;
     int vocab = 0;
@@ -179,7 +177,6 @@ struct CrossEntropyGradient {
 // g is re-emitted for the dW_p GEMM so the forward need not keep it; df itself is never stored.
 template <class Act = bf16>
 struct GeluBackward {
-    static constexpr bool kEpilogueBound = true;  // gelu, gelu'
     LoadTile<Act> f;
     StoreTile<Act> g;
     FoldGradient<Act> fold;  // of the fc GEMM: its mu, rstd, c, b~

@@ -45,10 +45,6 @@
 // reads a row's value once per 8 elements and a column's 8 values together; it keeps a tile's
 // values of each column vector in shared memory, for at most kMaxColumnVectors of them.
 //
-// A program may also declare `static constexpr bool kEpilogueBound = true;`: its element is a long
-// dependent chain (GELU, exp), so a GPU tile's epilogue outlasts a mainloop and the Hopper engine
-// runs it with more warps (gemm_sm90.cuh). It changes where the work runs, never the results.
-//
 // Element-level primitives are the vector and tile loaders and stores below plus plain float
 // arithmetic, so a program body reads as its formula and compiles to straight-line code:
 //   row scale          rstd(e) * x                        (RowVec)
@@ -76,12 +72,6 @@
 namespace codagpt::coda {
 
 constexpr int kMaxColumnVectors = 4;  // column vectors one element() may read (the programs read two at most)
-
-// P::kEpilogueBound where the program declares it, else false.
-template <class P, class = void>
-constexpr bool epilogue_bound = false;
-template <class P>
-constexpr bool epilogue_bound<P, decltype((void)P::kEpilogueBound)> = P::kEpilogueBound;
 
 // ---------------------------------------------------------------- bf16 storage
 #ifdef __CUDACC__

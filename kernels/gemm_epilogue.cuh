@@ -395,26 +395,19 @@ __device__ void select_set(S (&a)[N], int k, const S& v) {
 }  // namespace detail
 
 // The epilogue of one output tile. Every thread of the WARPS_M x WARPS_N warps calls run() with
-// its accumulators, and every thread of the HELPER_WARPS warps, which hold none, calls
-// run_helper(); smem: kSmemBytes of shared memory, free for other use again once every thread
-// has returned (the next tile's epilogue starts with a barrier); sync(): a barrier of exactly
+// its accumulators; smem: kSmemBytes of shared memory, free for other use again once every thread
+// has returned from run() (the next run() starts with a barrier); sync(): a barrier of exactly
 // these threads.
 // ZERO_ACC: a pass without a GEMM (K = 0; QkvGradient, CrossEntropyGradient, ResidualStats), one
 // tile a block: the accumulators are zero, nothing is staged and no chunk waits at a barrier, and
 // the shared memory holds the column states alone (a memory-bound pass wants many blocks an SM).
-// HELPER_WARPS: warps that only run segments (Hopper's ping-pong: a warpgroup beside the two
-// consumers taking part in each consumer's epilogues, so a tile's epilogue has twice the warps to
-// hide its latencies). Then the whole tile is staged at once (kStageAll), so the accumulator warps
-// run the segments with no accumulators left in registers, and the tile's epilogue ends with a
-// barrier: the next tile's (another consumer's, in the same shared memory) may start staging.
-template <class P, int FM, int FN, int ROW_STRIDE, int WARPS_M, int WARPS_N, bool ZERO_ACC = false,
-          int HELPER_WARPS = 0>
+template <class P, int FM, int FN, int ROW_STRIDE, int WARPS_M, int WARPS_N, bool ZERO_ACC = false>
 struct TileEpilogue {
     using Row = typename P::Row;
     using Col = typename P::Col;
     static constexpr bool kRows = !std::is_same_v<Row, NoPartials>;
     static constexpr bool kCols = !std::is_same_v<Col, NoPartials>;
-    static constexpr int kAccWarps = WARPS_M * WARPS_N, kWarps = kAccWarps + HELPER_WARPS, kThreads = kWarps * 32;
+    static constexpr int kWarps = WARPS_M * WARPS_N, kThreads = kWarps * 32;
     static constexpr int kTileRows = WARPS_M * FM * 16, kTileCols = WARPS_N * FN * 8;
     // The staging buffer holds 64 columns of the tile (a chunk); its threads take them as two
     // halves of 32 (4 segments of a row each).
@@ -422,9 +415,7 @@ struct TileEpilogue {
     static constexpr int kWarpChunks = FN * 8 / kChunkCols;
     static constexpr int kRowsPerPass = kThreads / 4, kPasses = kTileRows / kRowsPerPass;
     static_assert(FN * 8 % kChunkCols == 0 && kTileRows % kRowsPerPass == 0, "tile of whole chunks and passes");
-    static constexpr bool kStageAll = HELPER_WARPS > 0;
-    static constexpr uint32_t kChunkStageBytes = kTileRows * kChunkCols * sizeof(float);
-    static constexpr size_t kStageBytes = ZERO_ACC ? 0 : (size_t)kChunkStageBytes * (kStageAll ? kChunks : 1);
+    static constexpr size_t kStageBytes = ZERO_ACC ? 0 : (size_t)kTileRows * kChunkCols * sizeof(float);
     static constexpr size_t kColStateBytes = kCols ? (size_t)kWarps * kTileCols * sizeof(Col) : 0;
     // The tile's columns of the column vectors the program reads.
     static constexpr size_t kColVectorBytes = (size_t)kMaxColumnVectors * kTileCols * sizeof(float);
@@ -434,16 +425,7 @@ struct TileEpilogue {
     __device__ static void run(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_col0, int warp_m,
                                int warp_n, int tile_m, int tile_n, int /*n_tiles_m*/, int n_tiles_n, int M, int N,
                                void* smem, Sync sync) {
-        staged<true>(p, acc, warp_row0, warp_m * WARPS_N + warp_n, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem,
-                     sync);
-    }
-    // The same tile's epilogue on helper warp `helper_warp` (0 ... HELPER_WARPS - 1), beside run().
-    template <class Sync>
-    __device__ static void run_helper(const P& p, int helper_warp, int tile_m, int tile_n, int n_tiles_n, int M, int N,
-                                      void* smem, Sync sync) {
-        static_assert(HELPER_WARPS > 0 && !ZERO_ACC, "helper warps join the staged epilogue of a GEMM");
-        const float none[FM][FN][4] = {};  // never read: helpers stage nothing
-        staged<false>(p, none, 0, kAccWarps + helper_warp, 0, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
+        staged(p, acc, warp_row0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
     }
 
     // Asks the L2 cache for the parts of tiles the program will load in the epilogue of output
@@ -493,13 +475,11 @@ struct TileEpilogue {
         }
     }
 
-    // warp: this warp among the tile's kWarps (the accumulator warps first); HOLDS_ACC: it stages
-    // its accumulators (warp_row0, warp_n: where they lie).
-    template <bool HOLDS_ACC, class Sync>
-    __device__ static void staged(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp, int warp_n,
+    template <class Sync>
+    __device__ static void staged(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_m, int warp_n,
                                   int tile_m, int tile_n, int n_tiles_n, int M, int N, void* smem, Sync sync) {
         const int lane = threadIdx.x % 32;
-        const int T = warp * 32 + lane, q = T % 4, row0 = T / 4;
+        const int warp = warp_m * WARPS_N + warp_n, T = warp * 32 + lane, q = T % 4, row0 = T / 4;
         const int tile_row0 = tile_m * kTileRows, tile_col0 = tile_n * kTileCols;
         const uint32_t stage = ptx::smem_addr(smem);  // 32-bit shared addresses: fewer registers
         Col* col_smem = reinterpret_cast<Col*>(static_cast<char*>(smem) + kStageBytes);
@@ -538,23 +518,12 @@ struct TileEpilogue {
         // run with the registers of half a tile's accumulators free.
 #pragma unroll
         for (int c = 0; c < kChunks; c++) {
-            if constexpr (kStageAll) {
-                if (c == 0) {
-                    sync();  // the previous tile's epilogue is over
-                    if constexpr (HOLDS_ACC)
-#pragma unroll
-                        for (int cc = 0; cc < kChunks; cc++)
-                            stage_chunk(acc, cc, warp_n, warp_row0 - tile_row0, stage + cc * kChunkStageBytes);
-                    park_columns();
-                    sync();
-                }
-            } else if constexpr (!ZERO_ACC) {
+            if constexpr (!ZERO_ACC) {
                 sync();  // the previous chunk's (tile's) segments are read
-                if constexpr (HOLDS_ACC) stage_chunk(acc, c, warp_n, warp_row0 - tile_row0, stage);
+                stage_chunk(acc, c, warp_n, warp_row0 - tile_row0, stage);
                 if (c == 0) park_columns();
                 sync();
             }
-            const uint32_t chunk_stage = stage + (kStageAll ? c * kChunkStageBytes : 0);
 
 #pragma unroll 1
             for (int half = 0; half < kChunkCols / kHalfCols; half++) {
@@ -574,8 +543,8 @@ struct TileEpilogue {
                     const bool next = !last && next_j < N;
                     float v[8] = {};
                     if constexpr (!ZERO_ACC) {
-                        const float4 lo = ptx::ld_shared_v4(chunk_stage + 4 * staged_at(row, col0));
-                        const float4 hi = ptx::ld_shared_v4(chunk_stage + 4 * staged_at(row, col0 + 4));
+                        const float4 lo = ptx::ld_shared_v4(stage + 4 * staged_at(row, col0));
+                        const float4 hi = ptx::ld_shared_v4(stage + 4 * staged_at(row, col0 + 4));
                         v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
                     }
                     Row row_state = detail::select(rows, pass);
@@ -634,8 +603,8 @@ struct TileEpilogue {
                 p.write_col(total, ColSlot{tile_col0 + c, tile_m, N});
             }
         }
-        if constexpr (kStageAll) sync();  // the shared memory is free for the next tile's epilogue
     }
+
 };
 
 }  // namespace codagpt::coda

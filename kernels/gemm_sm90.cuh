@@ -11,12 +11,6 @@
 //     issues wgmma m64nBNk16 (bf16 in, fp32 accumulators in registers) straight from the stages,
 //     keeps one k-block of wgmmas in flight while it waits for the next, and runs the epilogue
 //     program on its accumulators.
-//   Ping-pong (each consumer owns whole tiles, taking turns), for programs that declare
-//     kEpilogueBound, adds warpgroup 3, the helpers: they hold no accumulators and run every
-//     tile's epilogue beside the consumer that owns it, from the tile staged in shared memory, so
-//     an epilogue has 8 warps while the other consumer's mainloop runs (GELU and exp programs are
-//     limited by the latency of their chains on 4 warps; the others lose more to the consumers'
-//     smaller register budget than they gain: bench/NOTES_gemm_sm90.md, eighth and ninth sessions).
 // Work units (tiles, or with split-K a tile's K splits) are dealt to CTAs round robin in a grouped
 // tile order (GROUP_M M-tiles side by side, M fastest), so the CTAs in flight share A rows and B
 // columns in L2. A CTA's units, and so its ring slots and trip counts, follow from blockIdx.x:
@@ -87,21 +81,14 @@ constexpr int kBK = 64;  // the k-block: K elements a ring stage holds, for ever
 // L2 (a few microseconds: about an HBM round trip more), unless CODAGPT_GEMM_PREFETCH_KBLOCKS says.
 constexpr int kPrefetchKBlocks = 8;
 
-// HELPERS_ (ping-pong only): a fourth warpgroup, the helpers, holding no accumulators, joins each
-// tile's epilogue beside the consumer that owns it (512 threads a CTA), for programs whose
-// epilogue outlasts the other consumer's mainloop (kEpilogueBound in coda_programs.cuh).
-template <int BM_, int BN_, int STAGES_, bool PINGPONG_, bool HELPERS_ = false>
+template <int BM_, int BN_, int STAGES_, bool PINGPONG_>
 struct Config {
     static constexpr int BM = BM_, BN = BN_, BK = kBK, STAGES = STAGES_;
     static constexpr bool PINGPONG = PINGPONG_;
-    static_assert(PINGPONG || !HELPERS_, "helpers join ping-pong's epilogues");
     static constexpr int WG_ROWS = PINGPONG ? BM : BM / 2;  // rows of one consumer warpgroup
     static constexpr int FM = WG_ROWS / 64;  // m64 wgmmas per k16 step per consumer
     static constexpr int FN = BN / 8;        // n8 accumulator fragments per wgmma row block
-    static constexpr int WARPS_M = PINGPONG ? 4 : 8;  // warps holding one tile's accumulators, stacked along M
-    static constexpr int HELPER_WARPS = HELPERS_ ? 4 : 0;
-    static constexpr int THREADS = 384 + HELPER_WARPS * 32;
-    static constexpr int EPILOGUE_THREADS = (WARPS_M + HELPER_WARPS) * 32;
+    static constexpr int WARPS_M = PINGPONG ? 4 : 8;  // warps running one tile's epilogue, stacked along M
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     static constexpr int GROUP_M = 16;
     static_assert(FM >= 1 && FM * BN <= 256 && (BN == 128 || BN == 256),
@@ -110,24 +97,13 @@ struct Config {
 using Cfg128x256 = Config<128, 256, 4, false>;
 using Cfg256x128 = Config<256, 128, 4, false>;
 using Cfg128x128 = Config<128, 128, 6, false>;
-template <class P>
-using CfgPingPong128x128 = Config<128, 128, 6, true, epilogue_bound<P>>;
+using CfgPingPong128x128 = Config<128, 128, 6, true>;
 
-// Registers a thread (setmaxnreg) of the producer warpgroup, the consumers and the helper
-// warpgroup: 128*40 + 256*232 <= 64K at 384 threads; 128*24 + 256*184 + 128*120 = 64K at 512.
-template <class Cfg>
-struct Registers {
-    static constexpr int kProducer = Cfg::HELPER_WARPS ? 24 : 40;
-    static constexpr int kConsumer = Cfg::HELPER_WARPS ? 184 : 232;
-    static constexpr int kHelper = 120;
-    static_assert(128 * kProducer + 256 * kConsumer + Cfg::HELPER_WARPS * 32 * kHelper <= 65536, "register file");
-};
+constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128*40 + 256*232 <= 64K registers
 // Named barriers of the threads running one tile's epilogue (0 is __syncthreads): 1 for both
-// consumers (cooperative), 1 + consumer for one and the helpers (ping-pong).
+// consumers (cooperative), 1 + consumer for one (ping-pong).
 constexpr int kEpilogueBarrier = 1;
-// Ping-pong split-K: a consumer's own barrier (5 + consumer) for the partials of a split without
-// an epilogue, which the helpers do not join.
-constexpr int kSplitBarrier = 5;
 // Ping-pong order: consumer c may start a tile's mainloop once barrier kOrderBarrier + c is
 // complete, i.e. once the other consumer has issued its previous tile's wgmmas. Then every ring
 // slot before this tile's first is filled, so the stage barriers are at most one phase behind
@@ -135,16 +111,13 @@ constexpr int kSplitBarrier = 5;
 constexpr int kOrderBarrier = 3;
 
 template <class Cfg, class P>
-using EpilogueOf = TileEpilogue<P, Cfg::FM, Cfg::FN, 64, Cfg::WARPS_M, 1, false, Cfg::HELPER_WARPS>;
+using EpilogueOf = TileEpilogue<P, Cfg::FM, Cfg::FN, 64, Cfg::WARPS_M, 1>;
 
 // The ring gets the configuration's stages, fewer where the epilogue's shared memory (its staging
 // buffer and parked column states, gemm_epilogue.cuh) leaves no room for them.
 template <class Cfg, class P>
 struct SmemLayout {
-    static constexpr int kEpilogueBytes = (int)EpilogueOf<Cfg, P>::kSmemBytes;
-    // Ping-pong's consumers run their epilogues side by side, each in its own buffer; with helpers
-    // one at a time (the helpers join both), in one buffer that holds the whole tile.
-    static constexpr int kEpilogueBuffers = Cfg::PINGPONG && !Cfg::HELPER_WARPS ? 2 : 1;
+    static constexpr int kEpilogueBytes = (int)EpilogueOf<Cfg, P>::kSmemBytes;  // per concurrent tile
     static constexpr int kLimit = 227 * 1024;
 
     struct Offsets {
@@ -155,7 +128,7 @@ struct SmemLayout {
         o.b = stages * Cfg::A_BYTES;
         o.bars = o.b + stages * Cfg::B_BYTES;  // full[stages], empty[stages]
         o.epilogue = (o.bars + 2 * stages * 8 + 127) / 128 * 128;
-        o.bytes = o.epilogue + kEpilogueBuffers * kEpilogueBytes;
+        o.bytes = o.epilogue + (Cfg::PINGPONG ? 2 : 1) * kEpilogueBytes;
         o.launch_bytes = o.bytes + 1024;  // room to align the base to a swizzle atom
         return o;
     }
@@ -395,7 +368,7 @@ __device__ bool reduce_splits(const Params& params, Acc& acc, int tile, int spli
 
 // ---------------------------------------------------------------- the kernel
 template <class Cfg, bool A_MMAJOR, bool B_NMAJOR, class P>
-__global__ void __launch_bounds__(Cfg::THREADS, 1)
+__global__ void __launch_bounds__(kThreads, 1)
     gemm_kernel(const __grid_constant__ Params params, const __grid_constant__ P program) {
 #ifdef CODA_SM90_DEVICE
     using Smem = SmemLayout<Cfg, P>;
@@ -422,7 +395,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     const int warpgroup = threadIdx.x / 128;
     if (warpgroup == 0) {
         // ------------------------------------------------ producer
-        ptx::setmaxnreg_dec<Registers<Cfg>::kProducer>();
+        ptx::setmaxnreg_dec<kProducerRegs>();
         if (threadIdx.x != 0) return;
         int stage = 0;
         uint32_t phase = 0;
@@ -454,26 +427,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                 }
             }
         }
-    } else if (warpgroup == 3) {
-        // ------------------------------------------------ helpers (ping-pong)
-        // Every unit's epilogue, in the CTA's unit order, beside the consumer that owns it
-        // (unit i: consumer i % 2), at that consumer's epilogue barrier.
-        if constexpr (Cfg::HELPER_WARPS > 0) {
-            ptx::setmaxnreg_dec<Registers<Cfg>::kHelper>();
-            using Epilogue = EpilogueOf<Cfg, P>;
-            for (int i = 0, u = blockIdx.x; u < units; i++, u += gridDim.x) {
-                const int tile = u / params.splits;
-                if (u % params.splits != params.splits - 1) continue;  // a split without an epilogue
-                const int consumer = i % 2;
-                const TileCoord tc = tile_coord(tile, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
-                const EpilogueSync<Cfg::EPILOGUE_THREADS> sync{kEpilogueBarrier + consumer};
-                Epilogue::run_helper(program, (threadIdx.x / 32) % 4, tc.m, tc.n, params.tiles_n, params.M, params.N,
-                                     smem + Smem::epilogue, sync);
-            }
-        }
     } else {
         // ------------------------------------------------ consumers
-        ptx::setmaxnreg_inc<Registers<Cfg>::kConsumer>();
+        ptx::setmaxnreg_inc<kConsumerRegs>();
         const int consumer = warpgroup - 1;  // which half of the tile's rows, or (ping-pong) which tiles
         const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
         // acc[fm][fn][4]: wgmma's m64nN accumulator, fragment (fm, fn) of this warp at rows
@@ -490,11 +446,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         const uint32_t a_desc0 = ptx::desc_lo(a_base), b_desc0 = ptx::desc_lo(smem_b);
         using Mma = ptx::Wgmma<Cfg::BN, A_MMAJOR ? 1 : 0, B_NMAJOR ? 1 : 0>;
         using Epilogue = EpilogueOf<Cfg, P>;
-        const int epilogue_barrier = kEpilogueBarrier + (Cfg::PINGPONG ? consumer : 0);
-        const EpilogueSync<Cfg::EPILOGUE_THREADS> sync{epilogue_barrier};
-        // Split-K's partials: the accumulator warps alone.
-        const EpilogueSync<Cfg::WARPS_M * 32> split_sync{Cfg::HELPER_WARPS ? kSplitBarrier + consumer : epilogue_barrier};
-        uint8_t* epilogue_smem = smem + Smem::epilogue + (Smem::kEpilogueBuffers == 2 ? consumer * Smem::kEpilogueBytes : 0);
+        const EpilogueSync<Cfg::WARPS_M * 32> sync{kEpilogueBarrier + (Cfg::PINGPONG ? consumer : 0)};
+        uint8_t* epilogue_smem = smem + Smem::epilogue + (Cfg::PINGPONG ? consumer * Smem::kEpilogueBytes : 0);
         const int warp_m = Cfg::PINGPONG ? warp : consumer * 4 + warp;
 
         // The CTA's i-th unit is blockIdx.x + i * gridDim.x; its k-blocks are the next ring slots from
@@ -560,7 +513,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
             slot += k_blocks + (Cfg::PINGPONG ? unit_k_blocks(u + gridDim.x) : 0);  // ping-pong: and the other's next
 
-            if (params.splits == 1 || reduce_splits<Cfg>(params, acc, tile, split, split_sync))
+            if (params.splits == 1 || reduce_splits<Cfg>(params, acc, tile, split, sync))
                 Epilogue::run(program, acc, tc.m * Cfg::BM + a_row0 + warp * 16, tc.n * Cfg::BN, warp_m, 0, tc.m,
                               tc.n, params.tiles_m, params.tiles_n, params.M, params.N, epilogue_smem, sync);
         }
@@ -778,7 +731,7 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
     params.tma_b = B_NMAJOR ? tensor_map("B", prob.b.p, prob.N, prob.K, prob.b.layout.ld, 64)
                             : tensor_map("B", prob.b.p, prob.K, prob.N, prob.b.layout.ld, Cfg::BN);
     const int grid = (int)std::min<long>(tiles * splits, device_info().sms);
-    kernel<<<grid, Cfg::THREADS, Smem::launch_bytes, stream>>>(params, program);
+    kernel<<<grid, kThreads, Smem::launch_bytes, stream>>>(params, program);
     CUDA_CHECK_LAUNCH(gemm_kernel);
 }
 
@@ -811,7 +764,7 @@ void gemm_with_plan(const P& program, const GemmProblem& prob, Plan plan, cudaSt
         case Tile::k128x256: launch_layouts<Cfg128x256>(program, prob, plan.splits, stream); break;
         case Tile::k256x128: launch_layouts<Cfg256x128>(program, prob, plan.splits, stream); break;
         case Tile::k128x128: launch_layouts<Cfg128x128>(program, prob, plan.splits, stream); break;
-        case Tile::kPingPong128x128: launch_layouts<CfgPingPong128x128<P>>(program, prob, plan.splits, stream); break;
+        case Tile::kPingPong128x128: launch_layouts<CfgPingPong128x128>(program, prob, plan.splits, stream); break;
     }
 }
 
