@@ -109,6 +109,7 @@ struct ResidualForward : NoColPartials {
 // row partials of x: Welford (count, mean, M2), merged by finalize_row_stats like (3)'s
 template <class Act = bf16>
 struct ResidualStats : NoColPartials {
+    static constexpr bool kPass = true;
     LoadTile<Act> x;
     RowPartials<Welford> row_stats;
 
@@ -152,6 +153,7 @@ struct LmHeadForward : NoColPartials {
 // scale = 1/(B T) times the micro-batch's share of an accumulated gradient. dz^ may alias logits.
 template <class Act = bf16>
 struct CrossEntropyGradient {
+    static constexpr bool kPass = true;
     LoadTile<Act> logits;
     RowVec lse;
     const int* target = nullptr;
@@ -199,6 +201,7 @@ struct GeluBackward {
 // dz^ = r*dqkv, m1 += dqkv*c, m2 += dqkv*(qkv - b~), db += dqkv, v += mu*dz^
 template <class Act = bf16>
 struct QkvGradient {
+    static constexpr bool kPass = true;
     LoadTile<Act> dqkv, qkv;
     FoldGradient<Act> fold;  // of the qkv GEMM
 

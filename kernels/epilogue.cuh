@@ -45,6 +45,10 @@
 // reads a row's value once per 8 elements and a column's 8 values together; it keeps a tile's
 // values of each column vector in shared memory, for at most kMaxColumnVectors of them.
 //
+// A program that only runs as a pass without a GEMM (K = 0, acc always 0: it reads its tiles
+// instead, e.g. QkvGradient) declares `static constexpr bool kPass = true;`: the GPU engine then
+// builds its pass kernel alone, and no GEMM kernel that would never run (gemm.cuh refuses K > 0).
+//
 // Element-level primitives are the vector and tile loaders and stores below plus plain float
 // arithmetic, so a program body reads as its formula and compiles to straight-line code:
 //   row scale          rstd(e) * x                        (RowVec)
@@ -72,6 +76,12 @@
 namespace codagpt::coda {
 
 constexpr int kMaxColumnVectors = 4;  // column vectors one element() may read (the programs read two at most)
+
+// P::kPass where the program declares it, else false.
+template <class P, class = void>
+constexpr bool is_pass = false;
+template <class P>
+constexpr bool is_pass<P, decltype((void)P::kPass)> = P::kPass;
 
 // ---------------------------------------------------------------- bf16 storage
 #ifdef __CUDACC__

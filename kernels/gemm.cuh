@@ -11,6 +11,8 @@
 // the binary holds sm_90a code (sm90::available() says so), else the portable one (gemm_sm80.cuh,
 // cp.async + mma.sync). Passes without a GEMM (K = 0: acc = 0, e.g. QkvGradient) always run on
 // the portable kernel: there is no mainloop to choose. Tests force one with the Mainloop argument.
+// A program declaring kPass (epilogue.cuh) runs only so: K > 0 throws, and no GEMM kernel is built
+// for it.
 //
 // Problems: M, N, K multiples of 8 (16-byte operand chunks, paired epilogue accesses); operands
 // (for K > 0) non-null, 16-byte aligned, ld a multiple of 8 and at least the stored row length.
@@ -87,12 +89,19 @@ inline TileShape gemm_tile_shape(const GemmProblem& prob, Mainloop mainloop = Ma
 template <class P>
 void gemm(const P& program, const GemmProblem& prob, cudaStream_t stream, Mainloop mainloop = Mainloop::Auto) {
     detail::validate(prob);
-    if (prob.M == 0 || prob.N == 0) return;
-    switch (detail::choose(prob, mainloop)) {
+    if constexpr (is_pass<P>) {
+        if (prob.K != 0)
+            throw Error("CODA GEMM: the program is a pass without a GEMM (K = 0), got K=" + std::to_string(prob.K));
+        if (prob.M == 0 || prob.N == 0) return;
+        return sm80::pass(program, prob, stream);
+    } else {
+        if (prob.M == 0 || prob.N == 0) return;
+        switch (detail::choose(prob, mainloop)) {
 #ifdef CODAGPT_GEMM_SM90
-        case Mainloop::Sm90: return sm90::gemm(program, prob, stream);
+            case Mainloop::Sm90: return sm90::gemm(program, prob, stream);
 #endif
-        default: return sm80::gemm(program, prob, stream);
+            default: return sm80::gemm(program, prob, stream);
+        }
     }
 }
 

@@ -751,6 +751,7 @@ void launch_layouts(const P& program, const GemmProblem& prob, int splits, cudaS
 // each split at least one k-block.
 template <class P>
 void gemm_with_plan(const P& program, const GemmProblem& prob, Plan plan, cudaStream_t stream) {
+    static_assert(!is_pass<P>, "a pass program has no GEMM to run on the Hopper mainloop");
     if (prob.M <= 0 || prob.N <= 0 || prob.K <= 0)
         throw Error("sm90 GEMM: empty problem M=" + std::to_string(prob.M) + " N=" + std::to_string(prob.N) +
                     " K=" + std::to_string(prob.K));

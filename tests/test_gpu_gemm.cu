@@ -64,7 +64,8 @@ class GpuRunner {
     void run(const P& p, const HostGemm& g) {
         GemmProblem prob{g.M, g.N, g.K, {}, {}};
         if (g.K > 0) prob.a = {at(*g.a), g.la}, prob.b = {at(*g.b), g.lb};
-        if (forced(g)) sm90::detail::gemm_with_plan(p, prob, {sm90::kTiles[tile_], splits_for(g.K)}, 0);
+        if constexpr (is_pass<P>) gemm(p, prob, 0, mainloop_);  // no mainloop to force
+        else if (forced(g)) sm90::detail::gemm_with_plan(p, prob, {sm90::kTiles[tile_], splits_for(g.K)}, 0);
         else gemm(p, prob, 0, mainloop_);
         CUDA_CHECK(cudaDeviceSynchronize());
         for (const Mirror& m : mirrors_)
@@ -340,6 +341,12 @@ TEST(GpuGemm, SplitsKOnlyWhereTheTilesAreTooFew) {
             EXPECT_LT((p.splits - 1) * sm90::detail::split_k_blocks(k_blocks, p.splits), k_blocks)
                 << "an empty split for K = " << K;
         }
+}
+
+TEST(GpuGemm, RefusesAGemmForAPassProgram) {
+    alignas(16) static bf16 buf[64];
+    const std::string error = test::error_of([&] { gemm(QkvGradient<>{}, {8, 8, 8, {buf, {8}}, {buf, {8}}}, 0); });
+    EXPECT_TRUE(test::mentions(error, "a pass without a GEMM (K = 0), got K=8")) << error;
 }
 
 TEST(GpuGemm, RefusesAnImpossibleSplit) {
