@@ -89,13 +89,12 @@ inline TileShape gemm_tile_shape(const GemmProblem& prob, Mainloop mainloop = Ma
 template <class P>
 void gemm(const P& program, const GemmProblem& prob, cudaStream_t stream, Mainloop mainloop = Mainloop::Auto) {
     detail::validate(prob);
+    if (is_pass<P> && prob.K != 0)
+        throw Error("CODA GEMM: the program is a pass without a GEMM (K = 0), got K=" + std::to_string(prob.K));
+    if (prob.M == 0 || prob.N == 0) return;
     if constexpr (is_pass<P>) {
-        if (prob.K != 0)
-            throw Error("CODA GEMM: the program is a pass without a GEMM (K = 0), got K=" + std::to_string(prob.K));
-        if (prob.M == 0 || prob.N == 0) return;
         return sm80::pass(program, prob, stream);
     } else {
-        if (prob.M == 0 || prob.N == 0) return;
         switch (detail::choose(prob, mainloop)) {
 #ifdef CODAGPT_GEMM_SM90
             case Mainloop::Sm90: return sm90::gemm(program, prob, stream);
