@@ -88,9 +88,9 @@ inline TileShape gemm_tile_shape(const GemmProblem& prob, Mainloop mainloop = Ma
 
 template <class P>
 void gemm(const P& program, const GemmProblem& prob, cudaStream_t stream, Mainloop mainloop = Mainloop::Auto) {
-    detail::validate(prob);
-    if (is_pass<P> && prob.K != 0)
+    if (is_pass<P> && prob.K != 0)  // before the operands: a pass has none to check
         throw Error("CODA GEMM: the program is a pass without a GEMM (K = 0), got K=" + std::to_string(prob.K));
+    detail::validate(prob);
     if (prob.M == 0 || prob.N == 0) return;
     if constexpr (is_pass<P>) {
         return sm80::pass(program, prob, stream);
