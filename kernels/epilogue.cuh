@@ -149,6 +149,34 @@ struct Element {
     CODA_HD T col_input(const T* v) const { return load_input(v + j); }  // v[j] of a column vector
 };
 
+// Counts the tile loads of one element() call (the same for every element, by the rule above)
+// without touching memory: on the host, what a pass kernel sizes its shared copy of the tiles by.
+struct LoadCountingElement {
+    float acc = 0.f;
+    int i = 0, j = 0;
+    int* loads;
+    template <class T, class L>
+    CODA_HD T load(const T*, const L&) const {
+        ++*loads;
+        return T{};
+    }
+    template <class T, class L>
+    CODA_HD float store(T*, const L&, float) const { return 0.f; }
+    CODA_HD void row_output(float*, float) const {}
+    template <class T>
+    CODA_HD T row_input(const T*) const { return T{}; }
+    template <class T>
+    CODA_HD T col_input(const T*) const { return T{}; }
+};
+template <class P>
+int tile_loads(const P& p) {
+    int loads = 0;
+    typename P::Row row{};
+    typename P::Col col{};
+    p.element(LoadCountingElement{0.f, 0, 0, &loads}, row, col);
+    return loads;
+}
+
 // ---------------------------------------------------------------- vectors and tiles
 struct RowVec {
     const float* v = nullptr;

@@ -191,7 +191,9 @@ __device__ inline int column_vector_slot(int& counter) {
 }  // namespace detail
 
 // Element k (0..7, a compile-time constant once unrolled) of the segment of columns j - k ... j - k + 7
-// of row i. Tile accesses: element 0's load takes all 8 values, element 7's store writes all 8
+// of row i. SHARED_TILES (a pass, ZERO_ACC): element 0 takes each loaded 16-bit tile's 8 values
+// from the block's copy of the tile in shared memory (tile s's at tiles + s tile_stride), not
+// from global memory read ahead. Tile accesses: element 0's load takes all 8 values, element 7's store writes all 8
 // (the others hand their values over in `slots`). Element 0 also reads the next segment's (row
 // next_i, columns from next_j; next_i = -1 where there is none) bf16 tile values and row vector
 // values. new_cols: this segment starts a half chunk, and takes its 8 columns' values of each
@@ -199,6 +201,7 @@ __device__ inline int column_vector_slot(int& counter) {
 // unrounded: element 7 rounds and packs them in pairs (the value store() returns is rounded on its
 // own, and costs nothing where the program does not use it). Reading ahead keeps each element's
 // read before its write, so an output may alias an input (ResidualForward's x_out and residual).
+template <bool SHARED_TILES>
 struct SegmentElement {
     float acc;
     int i, j, k;
@@ -208,6 +211,7 @@ struct SegmentElement {
     uint32_t col_stride;
     ElementCounters* counters;
     SegmentSlots* slots;
+    uint32_t tiles, tile_stride;  // SHARED_TILES: shared address of tile 0's copy of this segment (+ slot * tile_stride)
 
     template <class T>
     __device__ T load(const T* p, const Layout& layout) const {
@@ -217,7 +221,11 @@ struct SegmentElement {
         // code is straight-line, so the compiler interleaves the 8 elements' arithmetic.
         if (k == 0) {
             uint32_t w[8];
-            if constexpr (detail::kReadAhead<T>) {
+            if constexpr (SHARED_TILES && sizeof(T) == 2) {
+                const float4 v = ptx::ld_shared_v4(tiles + s * tile_stride);
+                slots->loaded[0].set(s, v.x), slots->loaded[1].set(s, v.y);
+                slots->loaded[2].set(s, v.z), slots->loaded[3].set(s, v.w);
+            } else if constexpr (detail::kReadAhead<T>) {
 #pragma unroll
                 for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, slots->next_loaded[e].get(s));
                 if (next_i >= 0) {
@@ -280,19 +288,21 @@ struct SegmentElement {
 };
 
 // Reads what a thread's first segment of a tile (row i, columns j ... j + 7; i = -1 where it has
-// none) would have had read ahead for it, and its column `col` of the tile's column vectors (-1:
-// none), once, before the segment loop: run through a program's element() like the others, so
-// its slots are numbered the same way. Nothing else it does or returns is anything (zeros).
+// none) would have had read ahead for it (its tile values only if `tiles`: a pass has them in
+// shared memory), and its column `col` of the tile's column vectors (-1: none), once, before the
+// segment loop: run through a program's element() like the others, so its slots are numbered the
+// same way. Nothing else it does or returns is anything (zeros).
 struct PreloadElement {
     float acc = 0.f;
     int i, j, col;
+    bool tiles;
     ElementCounters* counters;
     SegmentSlots* slots;
 
     template <class T, class L>
     __device__ T load(const T* p, const L& layout) const {
         const int s = detail::next_slot(counters->load);
-        if (i < 0) return T{};
+        if (i < 0 || !tiles) return T{};
         if constexpr (detail::kReadAhead<T>) {
             uint32_t w[8];
             detail::read_segment(p, layout, i, j, w);
@@ -336,6 +346,55 @@ struct PrefetchElement {
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"((uint32_t)(cols * sizeof(T)))
                          : "memory");
 #endif
+        return T{};
+    }
+    template <class T, class L>
+    __device__ float store(T*, const L&, float) const { return 0.f; }
+    __device__ void row_output(float*, float) const {}
+    template <class T>
+    __device__ T row_input(const T*) const { return T{}; }
+    template <class T>
+    __device__ T col_input(const T*) const { return T{}; }
+};
+
+// A pass (ZERO_ACC) first copies the tiles its program loads into shared memory, 64 columns (a
+// chunk) at a time: run through the program once a chunk, this element's k-th load copies this
+// thread's share of chunk rows of tile k (16-byte pieces: thread t takes piece t % 8 of rows t / 8,
+// + threads / 8, ...; a warp copies 4 whole rows of 128 bytes), by cp.async where the tile's rows
+// are 16-byte aligned and element by element otherwise; fp32 tiles, which only a GEMM's program
+// run with K = 0 loads (their slots stay unused), are read from global memory where used.
+// Everything else it does is nothing.
+// The copy of tile k's chunk rows starts at `chunk` + k slot_bytes (shared address); piece p of
+// row r lies at tile_piece_at(r, p): odd rows with their halves swapped, so that the two rows a
+// quarter-warp's segment loads touch (rows r and r + 1, the same 64 bytes of each) hit 32 different
+// banks.
+struct TileCopyElement {
+    float acc = 0.f;
+    int i = 0, j = 0;  // what the program sees: nothing it computes is kept
+    int row0, col0, M, N;  // the tile's first row, the chunk's first column
+    int t, threads, rows;  // this thread of `threads`; the tile's rows
+    uint32_t chunk, slot_bytes;
+    ElementCounters* counters;
+
+    __device__ static uint32_t tile_piece_at(int row, int piece) { return 128u * row + 16u * (piece ^ ((row & 1) << 2)); }
+
+    template <class T, class L>
+    __device__ T load(const T* p, const L& layout) const {
+        const int s = detail::next_slot(counters->load);
+        if constexpr (sizeof(T) != 2) return T{};  // fp32 tiles (a GEMM's program run with K = 0) are read where used
+        const bool whole = detail::whole_segments(p, layout);
+        for (int x = t; x < rows * 8; x += threads) {
+            const int row = x / 8, piece = x % 8, r = row0 + row, c = col0 + 8 * piece;
+            if (r >= M || c >= N) continue;  // N is a multiple of 8: a piece is all in or all out
+            const uint32_t at = chunk + s * slot_bytes + tile_piece_at(row, piece);
+            if (whole) {
+                ptx::cp_async16(at, p + layout.at(r, c));
+            } else {
+                uint32_t w[8];
+                detail::read_segment(p, layout, r, c, w);
+                ptx::st_shared_v4(at, w[0], w[1], w[2], w[3]);
+            }
+        }
         return T{};
     }
     template <class T, class L>
@@ -399,8 +458,10 @@ __device__ void select_set(S (&a)[N], int k, const S& v) {
 // has returned from run() (the next run() starts with a barrier); sync(): a barrier of exactly
 // these threads.
 // ZERO_ACC: a pass without a GEMM (K = 0; QkvGradient, CrossEntropyGradient, ResidualStats), one
-// tile a block: the accumulators are zero, nothing is staged and no chunk waits at a barrier, and
-// the shared memory holds the column states alone (a memory-bound pass wants many blocks an SM).
+// tile a block: the accumulators are zero and nothing is staged; instead the block first copies the
+// tiles its program loads into shared memory (TileCopyElement: every byte of the tile in flight at
+// once, a chunk's copies committed as one cp.async group) and each chunk's segments wait for that
+// chunk's copies only. Its shared memory: pass_smem_bytes(tile_loads(program)).
 template <class P, int FM, int FN, int ROW_STRIDE, int WARPS_M, int WARPS_N, bool ZERO_ACC = false>
 struct TileEpilogue {
     using Row = typename P::Row;
@@ -420,6 +481,11 @@ struct TileEpilogue {
     // The tile's columns of the column vectors the program reads.
     static constexpr size_t kColVectorBytes = (size_t)kMaxColumnVectors * kTileCols * sizeof(float);
     static constexpr size_t kSmemBytes = kStageBytes + kColStateBytes + kColVectorBytes;
+    // A pass's copy of each tile it loads (16-bit values), after the above: a chunk's rows of 128 bytes.
+    static constexpr size_t kChunkTileBytes = (size_t)kTileRows * kChunkCols * 2;
+    static constexpr size_t kPassTileBytes = ZERO_ACC ? kChunks * kChunkTileBytes : 0;
+    static_assert(kSmemBytes % 16 == 0 && (!ZERO_ACC || kChunks <= 2), "16-byte aligned tile copies; two cp.async groups");
+    static constexpr size_t pass_smem_bytes(int tile_loads) { return kSmemBytes + tile_loads * kPassTileBytes; }
 
     template <class Sync>
     __device__ static void run(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_col0, int warp_m,
@@ -485,6 +551,19 @@ struct TileEpilogue {
         Col* col_smem = reinterpret_cast<Col*>(static_cast<char*>(smem) + kStageBytes);
         const uint32_t col_vectors = stage + (uint32_t)(kStageBytes + kColStateBytes);
         constexpr uint32_t kColStride = kTileCols * sizeof(float);
+        const uint32_t tile_copies = stage + (uint32_t)kSmemBytes;  // a pass's
+        if constexpr (ZERO_ACC) {
+#pragma unroll
+            for (int c = 0; c < kChunks; c++) {
+                ElementCounters counters;
+                Row row{};
+                Col cols{};
+                p.element(TileCopyElement{0.f, 0, 0, tile_row0, tile_col0 + c * kChunkCols, M, N, T, kThreads, kTileRows,
+                                          tile_copies + (uint32_t)(c * kChunkTileBytes), (uint32_t)kPassTileBytes, &counters},
+                          row, cols);
+                ptx::cp_async_commit();
+            }
+        }
         Row rows[kPasses] = {};
         // A thread's segments, in order: chunk, half, pass (those inside the matrix). Each reads
         // the next one's inputs ahead; the first one's are read here, with thread T's column T of
@@ -498,7 +577,7 @@ struct TileEpilogue {
             Row row{};
             Col cols{};
             p.element(PreloadElement{0.f, first ? tile_row0 + row0 : -1, tile_col0 + 8 * q, col ? tile_col0 + T : -1,
-                                     &counters, &slots},
+                                     !ZERO_ACC, &counters, &slots},
                       row, cols);
             column_vectors = counters.col;
         }
@@ -508,10 +587,6 @@ struct TileEpilogue {
             for (int v = 0; v < kMaxColumnVectors; v++)
                 if (v < column_vectors) ptx::st_shared(col_vectors + v * kColStride + 4 * T, slots.tile_col.value[v]);
         };
-        if constexpr (ZERO_ACC) {
-            park_columns();
-            sync();
-        }
 
         // Unrolled over the chunks, so that the compiler sees each chunk's accumulators die once
         // they are staged (with WARPS_N = 1: Hopper's mainloop): the segments of the first chunk
@@ -523,6 +598,11 @@ struct TileEpilogue {
                 stage_chunk(acc, c, warp_n, warp_row0 - tile_row0, stage);
                 if (c == 0) park_columns();
                 sync();
+            } else {
+                if (c == 0) park_columns();
+                if (c + 1 < kChunks) ptx::cp_async_wait<1>();  // this thread's copies of chunk c have landed ...
+                else ptx::cp_async_wait<0>();
+                sync();  // ... and everyone's
             }
 
 #pragma unroll 1
@@ -548,12 +628,15 @@ struct TileEpilogue {
                         v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
                     }
                     Row row_state = detail::select(rows, pass);
+                    const uint32_t segment_cols = col_vectors + 4 * (c * kChunkCols + col0);
+                    const uint32_t segment_tiles =
+                        tile_copies + (uint32_t)(c * kChunkTileBytes) + TileCopyElement::tile_piece_at(row, col0 / 8);
 #pragma unroll
                     for (int k = 0; k < 8; k++) {
                         ElementCounters counters;
-                        const uint32_t segment_cols = col_vectors + 4 * (c * kChunkCols + col0);
-                        p.element(SegmentElement{v[k], i, j0 + k, k, pass == 0, next ? next_i : -1, next_j,
-                                                 segment_cols, kColStride, &counters, &slots},
+                        p.element(SegmentElement<ZERO_ACC>{v[k], i, j0 + k, k, pass == 0, next ? next_i : -1, next_j,
+                                                           segment_cols, kColStride, &counters, &slots, segment_tiles,
+                                                           (uint32_t)kPassTileBytes},
                                   row_state, cols[k]);
                     }
                     detail::select_set(rows, pass, row_state);

@@ -110,10 +110,9 @@ __global__ void __launch_bounds__(kThreads, kPass ? kPassBlocksPerSM : 1) gemm_k
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
     if constexpr (kPass) {
-        // A memory-bound pass with ~120 registers a thread (4 blocks an SM) keeps too few loads in
-        // flight to stream at full bandwidth: it first asks L2 for its whole tile (bulk prefetches,
-        // sm90), so the segments' loads, one segment ahead, find their bytes there.
-        Epilogue::prefetch(program, tile_m, tile_n, M, N, 0, kBM, tid, kThreads);
+        // The epilogue copies the tiles the pass reads into shared memory first, all at once: a
+        // memory-bound pass wants its bytes in flight (one segment read ahead a thread kept the
+        // pass at ~2.4 TB/s, bench/NOTES_gemm_sm90.md).
         const float zero[kFM][kFN][4] = {};
         Epilogue::run(program, zero, m0 + warp_m * kFM * 16, n0 + warp_n * kFN * 8, warp_m, warp_n, tile_m, tile_n,
                       tiles_m, tiles_n, M, N, smem, BlockSync{});
@@ -166,8 +165,9 @@ inline TileShape tile_shape(const GemmProblem&) { return TileShape{kBM, kBN}; } 
 
 template <class P, bool A_KMAJOR, bool B_KMAJOR, bool kPass = false>
 void launch(const P& program, const GemmProblem& prob, cudaStream_t stream) {
-    constexpr size_t epilogue = TileEpilogue<P, kFM, kFN, 16, kWarpsM, kWarpsN, kPass>::kSmemBytes;
-    constexpr size_t smem = kPass ? epilogue : std::max(kRingBytes<A_KMAJOR, B_KMAJOR>, epilogue);
+    using Epilogue = TileEpilogue<P, kFM, kFN, 16, kWarpsM, kWarpsN, kPass>;
+    const size_t smem = kPass ? Epilogue::pass_smem_bytes(tile_loads(program))
+                              : std::max(kRingBytes<A_KMAJOR, B_KMAJOR>, Epilogue::kSmemBytes);
     auto kernel = gemm_kernel<P, A_KMAJOR, B_KMAJOR, kPass>;
     // Per call rather than once: the attribute is per device, and the call costs about a microsecond.
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

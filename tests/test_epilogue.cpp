@@ -357,6 +357,21 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Programs,
                                          Case{50, 1600, 1600, {128, 128}}),
                          case_name);
 
+// The tile loads of one element() (a pass sizes its shared copy of the tiles by them): each
+// program's LoadTiles, an optional one only where it is set.
+TEST(Programs, CountTheirTileLoads) {
+    const std::vector<bf16> tile(8);
+    EXPECT_EQ(tile_loads(QkvGradient<>{}), 2);
+    EXPECT_EQ(tile_loads(CrossEntropyGradient<>{}), 1);
+    EXPECT_EQ(tile_loads(ResidualStats<>{}), 1);
+    EXPECT_EQ(tile_loads(GeluBackward<>{}), 1);
+    EXPECT_EQ(tile_loads(FcForward<>{}), 0);
+    LnBackwardX<> ln_backward;
+    EXPECT_EQ(tile_loads(ln_backward), 1) << "dres unset: x alone";
+    ln_backward.dres = {tile.data(), {8}};
+    EXPECT_EQ(tile_loads(ln_backward), 2) << "x and dres";
+}
+
 // ---------------------------------------------------------------- one layer, chained
 
 // One GPT-2 layer, attention replaced by a fixed linear map y = qkv Att as in the spec, with a given

@@ -7,6 +7,8 @@
 // A .cu file: the engine is templates, instantiated here for every program.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -302,6 +304,43 @@ TEST_P(GpuEngine, FullSizePlainGemm) {
 
 INSTANTIATE_TEST_SUITE_P(Mainloops, GpuEngine, testing::Values(Mainloop::Sm80, Mainloop::Auto),
                          [](const testing::TestParamInfo<Mainloop>& info) { return std::string(name_of(info.param)); });
+
+// A pass copies the tiles it reads into shared memory: 16 bytes at a time where a tile's rows are
+// 16-byte aligned, value by value where not. A tile one element off alignment and a tile stored
+// transposed hold the same values as aligned row-major ones, so every output has the same bits.
+TEST(GpuPass, ReadsUnalignedAndTransposedTilesAsAlignedOnes) {
+    REQUIRE_GPU();
+    const int M = 136, K = 72, N = 200;  // a partial tile in both dimensions, a chunk of 8 columns
+    Rng rng(50);
+    const Residual x(rng, M, K);
+    const FoldedLinear lin(rng, K, N);
+    const std::vector<bf16> dqkv = random_act<bf16>(rng, (size_t)M * N), qkv = random_act<bf16>(rng, (size_t)M * N);
+    std::vector<bf16> dqkv_off(1 + (size_t)M * N), qkv_t((size_t)N * M);
+    std::copy(dqkv.begin(), dqkv.end(), dqkv_off.begin() + 1);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) qkv_t[(size_t)j * M + i] = qkv[(size_t)i * N + j];
+    auto outputs = [&](bool unaligned, bool transposed) {
+        GpuRunner run(Mainloop::Sm80);
+        const HostGemm pass{M, N, 0};
+        FoldGradientBuffers<> out(M, N, run.shape(pass));
+        QkvGradient<> p;
+        p.dqkv = unaligned ? LoadTile<bf16>{run.at(std::as_const(dqkv_off)) + 1, {N}} : LoadTile<bf16>{run.at(dqkv), {N}};
+        p.qkv = transposed ? LoadTile<bf16>{run.at(qkv_t), {M, true}} : LoadTile<bf16>{run.at(qkv), {N}};
+        p.fold = out.program(run, x, lin);
+        run.run(p, pass);
+        return Buffers{{"dz^", floats(out.dz_hat)}, {"m1", out.m1}, {"m2", out.m2}, {"db", out.db}, {"v", out.v}};
+    };
+    const Buffers aligned = outputs(false, false);
+    for (const auto& [unaligned, transposed] : {std::pair{true, false}, {false, true}}) {
+        const Buffers got = outputs(unaligned, transposed);
+        for (size_t b = 0; b < got.size(); b++)
+            EXPECT_EQ(0, std::memcmp(got[b].second.data(), aligned[b].second.data(), got[b].second.size() * sizeof(float)))
+                << got[b].first << (unaligned ? " with dqkv unaligned" : " with qkv transposed") << " differs";
+    }
+    size_t unwritten = 0;  // the aligned run's values are checked against fp64 by GpuPrograms.QkvGradient
+    for (const float v : aligned[0].second) unwritten += !std::isfinite(v);
+    EXPECT_EQ(unwritten, 0u) << "dz^ elements left unwritten (NaN)";
+}
 
 // ---------------------------------------------------------------- bad problems (no GPU needed)
 
