@@ -39,7 +39,8 @@
 //   instruction cache (bench/NOTES_gemm_sm90.md, v3).
 //   Measured on the H200 (bench_gemm): even the plain store runs faster this way (0.89x the time of
 //   storing bf16 pairs straight from the fragments), so every program takes this path. Passes
-//   without a GEMM (ZERO_ACC) run the same segments and skip the staging: their accumulators are 0.
+//   without a GEMM (ZERO_ACC) run the same segments and skip the staging: their accumulators are 0;
+//   their tile values come from copies in shared memory (TileCopyElement) instead of read ahead.
 //
 // Combine order (fixed; every combine is associative up to rounding, so other orders differ only
 // by rounding; the CPU emulator models it with TileShape's LaneSplits {4, 8} and {8, 1}):
@@ -357,14 +358,14 @@ struct PrefetchElement {
     __device__ T col_input(const T*) const { return T{}; }
 };
 
-// A pass (ZERO_ACC) first copies the tiles its program loads into shared memory, 64 columns (a
-// chunk) at a time: run through the program once a chunk, this element's k-th load copies this
+// A pass (ZERO_ACC) copies the tiles its program loads into shared memory, 64 columns (a chunk) at
+// a time: run through the program once a chunk, this element's k-th load copies this
 // thread's share of chunk rows of tile k (16-byte pieces: thread t takes piece t % 8 of rows t / 8,
 // + threads / 8, ...; a warp copies 4 whole rows of 128 bytes), by cp.async where the tile's rows
 // are 16-byte aligned and element by element otherwise; fp32 tiles, which only a GEMM's program
 // run with K = 0 loads (their slots stay unused), are read from global memory where used.
 // Everything else it does is nothing.
-// The copy of tile k's chunk rows starts at `chunk` + k slot_bytes (shared address); piece p of
+// The copy of tile k's chunk starts at `chunk` + k slot_bytes (shared address); piece p of
 // row r lies at tile_piece_at(r, p): odd rows with their halves swapped, so that the two rows a
 // quarter-warp's segment loads touch (rows r and r + 1, the same 64 bytes of each) hit 32 different
 // banks.
@@ -458,10 +459,14 @@ __device__ void select_set(S (&a)[N], int k, const S& v) {
 // has returned from run() (the next run() starts with a barrier); sync(): a barrier of exactly
 // these threads.
 // ZERO_ACC: a pass without a GEMM (K = 0; QkvGradient, CrossEntropyGradient, ResidualStats), one
-// tile a block: the accumulators are zero and nothing is staged; instead the block first copies the
-// tiles its program loads into shared memory (TileCopyElement: every byte of the tile in flight at
-// once, a chunk's copies committed as one cp.async group) and each chunk's segments wait for that
-// chunk's copies only. Its shared memory: pass_smem_bytes(tile_loads(program)).
+// tile a block: the accumulators are zero and nothing is staged; instead, chunk by chunk, the
+// block copies the chunk of each tile its program loads into shared memory (TileCopyElement: all
+// of it in flight at once) and its segments read their tile values there. Its shared memory:
+// pass_smem_bytes(tile_loads(program)), 16 KB a loaded tile beside the column states, so several
+// blocks share an SM and one block's copies overlap another's segments. Measured on the H200
+// (1.5B step, QkvGradient, 48 launches): one segment read ahead from global memory after an L2
+// prefetch of the tile, 10.4 ms; both chunks copied at once (32 KB a tile, 3 blocks an SM), 9.4 ms;
+// chunk by chunk, 8.0 ms (bench/NOTES_gemm_sm90.md, tenth session).
 template <class P, int FM, int FN, int ROW_STRIDE, int WARPS_M, int WARPS_N, bool ZERO_ACC = false>
 struct TileEpilogue {
     using Row = typename P::Row;
@@ -481,10 +486,9 @@ struct TileEpilogue {
     // The tile's columns of the column vectors the program reads.
     static constexpr size_t kColVectorBytes = (size_t)kMaxColumnVectors * kTileCols * sizeof(float);
     static constexpr size_t kSmemBytes = kStageBytes + kColStateBytes + kColVectorBytes;
-    // A pass's copy of each tile it loads (16-bit values), after the above: a chunk's rows of 128 bytes.
-    static constexpr size_t kChunkTileBytes = (size_t)kTileRows * kChunkCols * 2;
-    static constexpr size_t kPassTileBytes = ZERO_ACC ? kChunks * kChunkTileBytes : 0;
-    static_assert(kSmemBytes % 16 == 0 && (!ZERO_ACC || kChunks <= 2), "16-byte aligned tile copies; two cp.async groups");
+    // A pass's copy of the chunk of each tile it loads (16-bit values), after the above: rows of 128 bytes.
+    static constexpr size_t kPassTileBytes = ZERO_ACC ? (size_t)kTileRows * kChunkCols * 2 : 0;
+    static_assert(kSmemBytes % 16 == 0, "16-byte aligned tile copies");
     static constexpr size_t pass_smem_bytes(int tile_loads) { return kSmemBytes + tile_loads * kPassTileBytes; }
 
     template <class Sync>
@@ -552,18 +556,16 @@ struct TileEpilogue {
         const uint32_t col_vectors = stage + (uint32_t)(kStageBytes + kColStateBytes);
         constexpr uint32_t kColStride = kTileCols * sizeof(float);
         const uint32_t tile_copies = stage + (uint32_t)kSmemBytes;  // a pass's
-        if constexpr (ZERO_ACC) {
-#pragma unroll
-            for (int c = 0; c < kChunks; c++) {
-                ElementCounters counters;
-                Row row{};
-                Col cols{};
-                p.element(TileCopyElement{0.f, 0, 0, tile_row0, tile_col0 + c * kChunkCols, M, N, T, kThreads, kTileRows,
-                                          tile_copies + (uint32_t)(c * kChunkTileBytes), (uint32_t)kPassTileBytes, &counters},
-                          row, cols);
-                ptx::cp_async_commit();
-            }
-        }
+        auto copy_chunk = [&](int c) {
+            ElementCounters counters;
+            Row row{};
+            Col cols{};
+            p.element(TileCopyElement{0.f, 0, 0, tile_row0, tile_col0 + c * kChunkCols, M, N, T, kThreads, kTileRows,
+                                      tile_copies, (uint32_t)kPassTileBytes, &counters},
+                      row, cols);
+            ptx::cp_async_commit();
+        };
+        if constexpr (ZERO_ACC) copy_chunk(0);  // in flight with the first segment's reads below
         Row rows[kPasses] = {};
         // A thread's segments, in order: chunk, half, pass (those inside the matrix). Each reads
         // the next one's inputs ahead; the first one's are read here, with thread T's column T of
@@ -599,10 +601,13 @@ struct TileEpilogue {
                 if (c == 0) park_columns();
                 sync();
             } else {
+                if (c > 0) {
+                    sync();  // the previous chunk's segments are done with the copies
+                    copy_chunk(c);
+                }
                 if (c == 0) park_columns();
-                if (c + 1 < kChunks) ptx::cp_async_wait<1>();  // this thread's copies of chunk c have landed ...
-                else ptx::cp_async_wait<0>();
-                sync();  // ... and everyone's
+                ptx::cp_async_wait<0>();  // this thread's copies of chunk c have landed ...
+                sync();                   // ... and everyone's
             }
 
 #pragma unroll 1
@@ -629,8 +634,7 @@ struct TileEpilogue {
                     }
                     Row row_state = detail::select(rows, pass);
                     const uint32_t segment_cols = col_vectors + 4 * (c * kChunkCols + col0);
-                    const uint32_t segment_tiles =
-                        tile_copies + (uint32_t)(c * kChunkTileBytes) + TileCopyElement::tile_piece_at(row, col0 / 8);
+                    const uint32_t segment_tiles = tile_copies + TileCopyElement::tile_piece_at(row, col0 / 8);
 #pragma unroll
                     for (int k = 0; k < 8; k++) {
                         ElementCounters counters;

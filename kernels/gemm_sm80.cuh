@@ -31,9 +31,9 @@ constexpr int kStages = 4;
 constexpr int kWarpsM = 2, kWarpsN = 2, kThreads = 32 * kWarpsM * kWarpsN;
 constexpr int kFM = kBM / kWarpsM / 16, kFN = kBN / kWarpsN / 8;  // mma fragments of a warp tile
 constexpr int kGroupRows = 8;                                     // tile rows of a raster group
-// Blocks an SM a pass without a GEMM is compiled for: 5 caps it at 102 registers, the most that
-// QkvGradient and CrossEntropyGradient (128 and 124 uncapped: 4 blocks) fit without spilling
-// (ptxas -v, sm_90a: 6 blocks spill 144-188 bytes). A memory-bound pass wants loads in flight.
+// Blocks an SM a pass without a GEMM is compiled for: 5 caps it at 102 registers (QkvGradient and
+// CrossEntropyGradient use 96, ptxas -v, sm_90a), and 5 blocks fit beside each other in shared
+// memory with two loaded tiles (38 KB a block). More blocks, more copies in flight beside segments.
 constexpr int kPassBlocksPerSM = 5;
 
 // One stage of one operand's shared tile (kBM == kBN, so A and B tiles have the same shapes).
@@ -90,7 +90,8 @@ struct BlockSync {
 // ---------------------------------------------------------------- the kernel
 // kPass: a pass without a GEMM (K = 0), the epilogue on accumulators that are zero at compile
 // time: the compiler keeps no registers for them and the block needs only the epilogue's shared
-// memory, so a memory-bound pass runs with many blocks per SM instead of a GEMM tile's two.
+// memory (its copies of the tiles it reads, a chunk at a time), so a memory-bound pass runs with
+// many blocks per SM instead of a GEMM tile's two.
 template <class P, bool A_KMAJOR, bool B_KMAJOR, bool kPass = false>
 __global__ void __launch_bounds__(kThreads, kPass ? kPassBlocksPerSM : 1) gemm_kernel(const P program, const GemmProblem prob) {
     using ATile = OperandTile<A_KMAJOR>;
@@ -110,9 +111,9 @@ __global__ void __launch_bounds__(kThreads, kPass ? kPassBlocksPerSM : 1) gemm_k
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
     if constexpr (kPass) {
-        // The epilogue copies the tiles the pass reads into shared memory first, all at once: a
-        // memory-bound pass wants its bytes in flight (one segment read ahead a thread kept the
-        // pass at ~2.4 TB/s, bench/NOTES_gemm_sm90.md).
+        // The epilogue copies the tiles the pass reads into shared memory, a chunk at a time, all
+        // of a chunk in flight at once (one segment read ahead a thread kept the pass at ~2.4 TB/s,
+        // bench/NOTES_gemm_sm90.md).
         const float zero[kFM][kFN][4] = {};
         Epilogue::run(program, zero, m0 + warp_m * kFM * 16, n0 + warp_n * kFN * 8, warp_m, warp_n, tile_m, tile_n,
                       tiles_m, tiles_n, M, N, smem, BlockSync{});
