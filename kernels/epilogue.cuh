@@ -149,17 +149,12 @@ struct Element {
     CODA_HD T col_input(const T* v) const { return load_input(v + j); }  // v[j] of a column vector
 };
 
-// Counts the tile loads of one element() call (the same for every element, by the rule above)
-// without touching memory: on the host, what a pass kernel sizes its shared copy of the tiles by.
-struct LoadCountingElement {
+// The base of the elements that run a program for its tile loads alone (to count, prefetch or
+// copy them): element (i, j) with acc = 0, whose stores and vector reads do nothing and return
+// zeros, so the compiler drops the program's arithmetic.
+struct LoadsOnly {
     float acc = 0.f;
     int i = 0, j = 0;
-    int* loads;
-    template <class T, class L>
-    CODA_HD T load(const T*, const L&) const {
-        ++*loads;
-        return T{};
-    }
     template <class T, class L>
     CODA_HD float store(T*, const L&, float) const { return 0.f; }
     CODA_HD void row_output(float*, float) const {}
@@ -168,12 +163,23 @@ struct LoadCountingElement {
     template <class T>
     CODA_HD T col_input(const T*) const { return T{}; }
 };
+
+// Counts the tile loads of one element() call (the same for every element, by the rule above)
+// without touching memory: on the host, what a pass kernel sizes its shared copy of the tiles by.
+struct LoadCountingElement : LoadsOnly {
+    int* loads;
+    template <class T, class L>
+    CODA_HD T load(const T*, const L&) const {
+        ++*loads;
+        return T{};
+    }
+};
 template <class P>
 int tile_loads(const P& p) {
     int loads = 0;
     typename P::Row row{};
     typename P::Col col{};
-    p.element(LoadCountingElement{0.f, 0, 0, &loads}, row, col);
+    p.element(LoadCountingElement{{}, &loads}, row, col);
     return loads;
 }
 

@@ -192,10 +192,10 @@ __device__ inline int column_vector_slot(int& counter) {
 }  // namespace detail
 
 // Element k (0..7, a compile-time constant once unrolled) of the segment of columns j - k ... j - k + 7
-// of row i. SHARED_TILES (a pass, ZERO_ACC): element 0 takes each loaded 16-bit tile's 8 values
-// from the block's copy of the tile in shared memory (tile s's at tiles + s tile_stride), not
-// from global memory read ahead. Tile accesses: element 0's load takes all 8 values, element 7's store writes all 8
-// (the others hand their values over in `slots`). Element 0 also reads the next segment's (row
+// of row i. Tile accesses: element 0's load takes all 8 values, element 7's store writes all 8
+// (the others hand their values over in `slots`); SHARED_TILES (a pass, ZERO_ACC): element 0 takes
+// each loaded 16-bit tile's values from the block's copy of the tile in shared memory (tile s's at
+// tiles + s tile_stride) instead of a read ahead. Element 0 also reads the next segment's (row
 // next_i, columns from next_j; next_i = -1 where there is none) bf16 tile values and row vector
 // values. new_cols: this segment starts a half chunk, and takes its 8 columns' values of each
 // column vector from the tile's in shared memory (col_vectors). Stores hand over the values
@@ -333,11 +333,9 @@ struct PreloadElement {
 };
 
 // The element TileEpilogue::prefetch runs a program with, once per row of a tile: its loads ask
-// the L2 cache for the row's bytes of the tile (columns j ... j + cols - 1), everything else it
-// does or returns is nothing (zeros), so the compiler drops the program's arithmetic.
-struct PrefetchElement {
-    float acc = 0.f;
-    int i, j, cols;
+// the L2 cache for the row's bytes of the tile (columns j ... j + cols - 1).
+struct PrefetchElement : LoadsOnly {
+    int cols;
 
     template <class T, class L>
     __device__ T load(const T* p, const L& layout) const {
@@ -349,13 +347,6 @@ struct PrefetchElement {
 #endif
         return T{};
     }
-    template <class T, class L>
-    __device__ float store(T*, const L&, float) const { return 0.f; }
-    __device__ void row_output(float*, float) const {}
-    template <class T>
-    __device__ T row_input(const T*) const { return T{}; }
-    template <class T>
-    __device__ T col_input(const T*) const { return T{}; }
 };
 
 // A pass (ZERO_ACC) copies the tiles its program loads into shared memory, 64 columns (a chunk) at
@@ -364,28 +355,28 @@ struct PrefetchElement {
 // + threads / 8, ...; a warp copies 4 whole rows of 128 bytes), by cp.async where the tile's rows
 // are 16-byte aligned and element by element otherwise; fp32 tiles, which only a GEMM's program
 // run with K = 0 loads (their slots stay unused), are read from global memory where used.
-// Everything else it does is nothing.
 // The copy of tile k's chunk starts at `chunk` + k slot_bytes (shared address); piece p of
 // row r lies at tile_piece_at(r, p): odd rows with their halves swapped, so that the two rows a
 // quarter-warp's segment loads touch (rows r and r + 1, the same 64 bytes of each) hit 32 different
 // banks.
-struct TileCopyElement {
-    float acc = 0.f;
-    int i = 0, j = 0;  // what the program sees: nothing it computes is kept
+struct TileCopyElement : LoadsOnly {
+    static constexpr int kRowBytes = 128, kPieces = kRowBytes / 16;  // a chunk row: 64 16-bit values
     int row0, col0, M, N;  // the tile's first row, the chunk's first column
     int t, threads, rows;  // this thread of `threads`; the tile's rows
     uint32_t chunk, slot_bytes;
     ElementCounters* counters;
 
-    __device__ static uint32_t tile_piece_at(int row, int piece) { return 128u * row + 16u * (piece ^ ((row & 1) << 2)); }
+    __device__ static uint32_t tile_piece_at(int row, int piece) {
+        return kRowBytes * row + 16 * (piece ^ ((row & 1) * kPieces / 2));
+    }
 
     template <class T, class L>
     __device__ T load(const T* p, const L& layout) const {
         const int s = detail::next_slot(counters->load);
         if constexpr (sizeof(T) != 2) return T{};  // fp32 tiles (a GEMM's program run with K = 0) are read where used
         const bool whole = detail::whole_segments(p, layout);
-        for (int x = t; x < rows * 8; x += threads) {
-            const int row = x / 8, piece = x % 8, r = row0 + row, c = col0 + 8 * piece;
+        for (int x = t; x < rows * kPieces; x += threads) {
+            const int row = x / kPieces, piece = x % kPieces, r = row0 + row, c = col0 + 8 * piece;
             if (r >= M || c >= N) continue;  // N is a multiple of 8: a piece is all in or all out
             const uint32_t at = chunk + s * slot_bytes + tile_piece_at(row, piece);
             if (whole) {
@@ -398,13 +389,6 @@ struct TileCopyElement {
         }
         return T{};
     }
-    template <class T, class L>
-    __device__ float store(T*, const L&, float) const { return 0.f; }
-    __device__ void row_output(float*, float) const {}
-    template <class T>
-    __device__ T row_input(const T*) const { return T{}; }
-    template <class T>
-    __device__ T col_input(const T*) const { return T{}; }
 };
 
 // ---------------------------------------------------------------- reduction states across lanes
@@ -488,7 +472,7 @@ struct TileEpilogue {
     static constexpr size_t kSmemBytes = kStageBytes + kColStateBytes + kColVectorBytes;
     // A pass's copy of the chunk of each tile it loads (16-bit values), after the above: rows of 128 bytes.
     static constexpr size_t kPassTileBytes = ZERO_ACC ? (size_t)kTileRows * kChunkCols * 2 : 0;
-    static_assert(kSmemBytes % 16 == 0, "16-byte aligned tile copies");
+    static_assert(kSmemBytes % 16 == 0 && kChunkCols * 2 == TileCopyElement::kRowBytes, "16-byte aligned tile copies of chunk rows");
     static constexpr size_t pass_smem_bytes(int tile_loads) { return kSmemBytes + tile_loads * kPassTileBytes; }
 
     template <class Sync>
@@ -511,7 +495,7 @@ struct TileEpilogue {
             if (i >= M) break;
             Row row{};
             Col col{};
-            p.element(PrefetchElement{0.f, i, j0, cols}, row, col);
+            p.element(PrefetchElement{{0.f, i, j0}, cols}, row, col);
         }
     }
 
@@ -560,7 +544,7 @@ struct TileEpilogue {
             ElementCounters counters;
             Row row{};
             Col cols{};
-            p.element(TileCopyElement{0.f, 0, 0, tile_row0, tile_col0 + c * kChunkCols, M, N, T, kThreads, kTileRows,
+            p.element(TileCopyElement{{}, tile_row0, tile_col0 + c * kChunkCols, M, N, T, kThreads, kTileRows,
                                       tile_copies, (uint32_t)kPassTileBytes, &counters},
                       row, cols);
             ptx::cp_async_commit();
