@@ -289,22 +289,22 @@ struct SegmentElement {
 };
 
 // Reads what a thread's first segment of a tile (row i, columns j ... j + 7; i = -1 where it has
-// none) would have had read ahead for it (its tile values only if `tiles`: a pass has them in
+// none) would have had read ahead for it (no tile values with SHARED_TILES: a pass has them in
 // shared memory), and its column `col` of the tile's column vectors (-1: none), once, before the
 // segment loop: run through a program's element() like the others, so its slots are numbered the
 // same way. Nothing else it does or returns is anything (zeros).
+template <bool SHARED_TILES>
 struct PreloadElement {
     float acc = 0.f;
     int i, j, col;
-    bool tiles;
     ElementCounters* counters;
     SegmentSlots* slots;
 
     template <class T, class L>
     __device__ T load(const T* p, const L& layout) const {
         const int s = detail::next_slot(counters->load);
-        if (i < 0 || !tiles) return T{};
-        if constexpr (detail::kReadAhead<T>) {
+        if (i < 0) return T{};
+        if constexpr (!SHARED_TILES && detail::kReadAhead<T>) {
             uint32_t w[8];
             detail::read_segment(p, layout, i, j, w);
 #pragma unroll
@@ -373,18 +373,19 @@ struct TileCopyElement : LoadsOnly {
     template <class T, class L>
     __device__ T load(const T* p, const L& layout) const {
         const int s = detail::next_slot(counters->load);
-        if constexpr (sizeof(T) != 2) return T{};  // fp32 tiles (a GEMM's program run with K = 0) are read where used
-        const bool whole = detail::whole_segments(p, layout);
-        for (int x = t; x < rows * kPieces; x += threads) {
-            const int row = x / kPieces, piece = x % kPieces, r = row0 + row, c = col0 + 8 * piece;
-            if (r >= M || c >= N) continue;  // N is a multiple of 8: a piece is all in or all out
-            const uint32_t at = chunk + s * slot_bytes + tile_piece_at(row, piece);
-            if (whole) {
-                ptx::cp_async16(at, p + layout.at(r, c));
-            } else {
-                uint32_t w[8];
-                detail::read_segment(p, layout, r, c, w);
-                ptx::st_shared_v4(at, w[0], w[1], w[2], w[3]);
+        if constexpr (sizeof(T) == 2) {  // fp32 tiles (a GEMM's program run with K = 0) are read where used
+            const bool whole = detail::whole_segments(p, layout);
+            for (int x = t; x < rows * kPieces; x += threads) {
+                const int row = x / kPieces, piece = x % kPieces, r = row0 + row, c = col0 + 8 * piece;
+                if (r >= M || c >= N) continue;  // N is a multiple of 8: a piece is all in or all out
+                const uint32_t at = chunk + s * slot_bytes + tile_piece_at(row, piece);
+                if (whole) {
+                    ptx::cp_async16(at, p + layout.at(r, c));
+                } else {
+                    uint32_t w[8];
+                    detail::read_segment(p, layout, r, c, w);
+                    ptx::st_shared_v4(at, w[0], w[1], w[2], w[3]);
+                }
             }
         }
         return T{};
@@ -562,8 +563,8 @@ struct TileEpilogue {
             ElementCounters counters;
             Row row{};
             Col cols{};
-            p.element(PreloadElement{0.f, first ? tile_row0 + row0 : -1, tile_col0 + 8 * q, col ? tile_col0 + T : -1,
-                                     !ZERO_ACC, &counters, &slots},
+            p.element(PreloadElement<ZERO_ACC>{0.f, first ? tile_row0 + row0 : -1, tile_col0 + 8 * q,
+                                               col ? tile_col0 + T : -1, &counters, &slots},
                       row, cols);
             column_vectors = counters.col;
         }
