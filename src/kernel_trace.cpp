@@ -92,7 +92,12 @@ std::vector<TracedKernel> trace_kernels(const std::function<void()>& fn) {
     std::stable_sort(records.begin(), records.end(),
                      [](const KernelRecord& a, const KernelRecord& b) { return a.correlation < b.correlation; });
     std::vector<TracedKernel> kernels;
-    for (KernelRecord& r : records) kernels.push_back({std::move(r.name), (r.end - r.start) * 1e-6});
+    uint64_t latest_end = records.empty() ? 0 : records.front().start;
+    for (KernelRecord& r : records) {
+        const double idle = r.start > latest_end ? (r.start - latest_end) * 1e-6 : 0.0;
+        kernels.push_back({std::move(r.name), (r.end - r.start) * 1e-6, idle});
+        latest_end = std::max(latest_end, r.end);
+    }
     return kernels;
 }
 #else
@@ -147,7 +152,7 @@ std::string kernel_time_table(const std::vector<TracedKernel>& kernels) {
     };
     std::vector<Row> rows;
     std::vector<std::string> names;  // rows[i]'s full name
-    double total = 0;
+    double total = 0, idle = 0;
     for (const TracedKernel& k : kernels) {
         const size_t i = std::find(names.begin(), names.end(), k.name) - names.begin();
         if (i == names.size()) {
@@ -162,6 +167,7 @@ std::string kernel_time_table(const std::vector<TracedKernel>& kernels) {
         rows[i].launches++;
         rows[i].ms += k.ms;
         total += k.ms;
+        idle += k.idle_ms;
     }
     std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.ms > b.ms; });
     std::string out;
@@ -174,6 +180,8 @@ std::string kernel_time_table(const std::vector<TracedKernel>& kernels) {
         out += line;
     }
     std::snprintf(line, sizeof line, "%10.3f %8zu %5.1f%%  all kernels\n", total, kernels.size(), 100.0);
+    out += line;
+    std::snprintf(line, sizeof line, "%10.3f %8s %6s  GPU idle between kernels\n", idle, "", "");
     return out + line;
 }
 

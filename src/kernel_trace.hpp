@@ -12,6 +12,8 @@ namespace codagpt {
 struct TracedKernel {
     std::string name;  // demangled (a library's unmangled names as they are)
     double ms;         // its run time on the GPU, end minus start as CUPTI records them
+    double idle_ms = 0;  // the GPU's idle time just before it: its start minus the latest end of the
+                         // kernels launched before it in the same trace, when positive
 };
 
 // Runs fn (after waiting for earlier GPU work) and returns the kernels it launched on any stream,
@@ -22,7 +24,8 @@ std::vector<TracedKernel> trace_kernels(const std::function<void()>& fn);
 
 // A table of where the time of `kernels` goes: one line per distinct kernel (full demangled name,
 // shortened to its function name and, for the GEMM engine's kernels, its epilogue program), with
-// launches, total ms and share, largest total first; then the sum.
+// launches, total ms and share, largest total first; then the sum, and the GPU's idle time between
+// the kernels (launch gaps, waits for the host).
 std::string kernel_time_table(const std::vector<TracedKernel>& kernels);
 
 // The function name of a demangled kernel name: no return type, namespaces, template arguments or

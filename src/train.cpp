@@ -427,11 +427,12 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         }
 
         if (trace && lead) {
-            // The launches in order with their times, then where the step's kernel time went.
+            // The launches in order with their times and the GPU's idle time before each, then
+            // where the step's kernel time went.
             std::string lines;
-            char ms[32];
+            char ms[48];
             for (const TracedKernel& k : traced) {
-                std::snprintf(ms, sizeof ms, "%9.3f ms  ", k.ms);
+                std::snprintf(ms, sizeof ms, "%9.3f ms %8.3f idle  ", k.ms, k.idle_ms);
                 lines += ms + k.name + "\n";
             }
             const std::string table = kernel_time_table(traced);

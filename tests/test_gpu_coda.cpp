@@ -166,7 +166,8 @@ TEST(KernelTrace, TimeTable) {
     const std::string fin = "codagpt::(anonymous namespace)::finalize_row_stats_kernel(float*, float*, float const*, int, int)";
     const std::string pass = "void codagpt::coda::sm80::gemm_kernel<codagpt::coda::QkvGradient<__nv_bfloat16>, true, "
                              "true, true>(codagpt::coda::QkvGradient<__nv_bfloat16>, codagpt::coda::GemmProblem)";
-    const std::string table = kernel_time_table({{fin, 0.5}, {qkv, 2.0}, {fin, 0.25}, {qkv, 1.0}, {pass, 0.25}});
+    const std::string table =
+        kernel_time_table({{fin, 0.5}, {qkv, 2.0, 0.125}, {fin, 0.25, 0.5}, {qkv, 1.0}, {pass, 0.25, 0.25}});
     std::printf("%s", table.c_str());
     const size_t gemm = table.find("gemm_kernel sm90 QkvForward"), finalize = table.find("finalize_row_stats_kernel");
     ASSERT_NE(gemm, std::string::npos);
@@ -176,6 +177,7 @@ TEST(KernelTrace, TimeTable) {
     EXPECT_NE(table.find("     0.750        2  18.8%  finalize_row_stats_kernel"), std::string::npos);
     EXPECT_NE(table.find("     0.250        1   6.2%  gemm_kernel sm80 QkvGradient"), std::string::npos);
     EXPECT_NE(table.find("     4.000        5 100.0%  all kernels"), std::string::npos);
+    EXPECT_NE(table.find("     0.875                  GPU idle between kernels"), std::string::npos);
 }
 
 // One training step (forward, backward, optimizer step) of each path, traced with CUPTI: the
@@ -201,7 +203,10 @@ TEST(KernelTrace, FusedStepLaunchesNoLayerNormGeluResidualOrBiasKernel) {
     const std::vector<TracedKernel> unfused = one_step(*make_gpu_backend(cfg, {}));
     std::printf("fused step: %zu kernels\n%s", fused.size(), kernel_time_table(fused).c_str());
     std::printf("unfused step: %zu kernels\n", unfused.size());
-    for (const TracedKernel& k : fused) EXPECT_GE(k.ms, 0.0) << k.name;
+    for (const TracedKernel& k : fused) {
+        EXPECT_GE(k.ms, 0.0) << k.name;
+        EXPECT_GE(k.idle_ms, 0.0) << k.name;
+    }
 
     auto launched = [](const std::vector<TracedKernel>& trace, const std::string& prefix) {
         std::set<std::string> names;
