@@ -64,6 +64,16 @@
 #include "epilogue.cuh"
 #include "ptx_sm80.cuh"
 
+// EXPERIMENT (not to land as a switch): the pass loop unrolled (1) or not (0).
+#ifndef CODA_EPILOGUE_UNROLL_PASSES
+#define CODA_EPILOGUE_UNROLL_PASSES 0
+#endif
+#if CODA_EPILOGUE_UNROLL_PASSES
+#define CODA_EPILOGUE_PASS_UNROLL _Pragma("unroll")
+#else
+#define CODA_EPILOGUE_PASS_UNROLL _Pragma("unroll 1")
+#endif
+
 namespace codagpt::coda {
 
 // ---------------------------------------------------------------- register slots
@@ -162,6 +172,12 @@ struct SegmentSlots {
     RegisterSlots row, next_row;         // row vector values
     RegisterSlots col[8];                // [e]: column j0 + e's vector values
     RegisterSlots tile_col;              // this thread's column of the tile, before they go to shared memory
+    // Bit s: tile load s / tile store s (bit kStoreBits + s) is accessed a whole segment at a time
+    // (whole_segments: the same for every segment of the tile, so taken once, by the PreloadElement).
+    static constexpr int kStoreBits = RegisterSlots::kMax;
+    uint32_t whole = 0;
+    __device__ bool whole_load(int s) const { return (whole >> s) & 1u; }
+    __device__ bool whole_store(int s) const { return (whole >> (kStoreBits + s)) & 1u; }
 };
 
 namespace detail {
@@ -172,13 +188,22 @@ template <class T>
 __device__ inline bool whole_segments(const T* p, const Layout& layout) {
     return !layout.transposed && layout.ld % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
+// Where a whole segment (row r, columns c ...) starts: whole_segments implies row-major.
 template <class T>
-__device__ inline void read_segment(const T* p, const Layout& layout, int r, int c, uint32_t (&w)[8]) {
-    if (whole_segments(p, layout)) return read8(p + layout.at(r, c), w);
+__device__ inline T* segment_at(T* p, const Layout& layout, int r, int c) {
+    return p + (long)r * layout.ld + c;
+}
+template <class T>
+__device__ inline void read_segment(const T* p, const Layout& layout, int r, int c, uint32_t (&w)[8], bool whole) {
+    if (whole) return read8(segment_at(p, layout, r, c), w);
     float v[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) v[e] = to_float(p[layout.at(r, c + e)]);
     words8(v, w, (T*)nullptr);
+}
+template <class T>
+__device__ inline void read_segment(const T* p, const Layout& layout, int r, int c, uint32_t (&w)[8]) {
+    read_segment(p, layout, r, c, w, whole_segments(p, layout));
 }
 // bf16 tiles are read ahead; fp32 tiles (the weight gradients' read-modify-write, of long-K GEMMs)
 // are read when used: their 8 words more a tile do not fit beside the accumulators.
@@ -230,12 +255,12 @@ struct SegmentElement {
 #pragma unroll
                 for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, slots->next_loaded[e].get(s));
                 if (next_i >= 0) {
-                    detail::read_segment(p, layout, next_i, next_j, w);
+                    detail::read_segment(p, layout, next_i, next_j, w, slots->whole_load(s));
 #pragma unroll
                     for (int e = 0; e < kWords; e++) slots->next_loaded[e].set(s, __uint_as_float(w[e]));
                 }
             } else {
-                detail::read_segment(p, layout, i, j, w);
+                detail::read_segment(p, layout, i, j, w, slots->whole_load(s));
 #pragma unroll
                 for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, __uint_as_float(w[e]));
             }
@@ -253,10 +278,10 @@ struct SegmentElement {
             float v[8];
 #pragma unroll
             for (int e = 0; e < 8; e++) v[e] = slots->stored[e].get(s);
-            if (detail::whole_segments(p, layout)) {
+            if (slots->whole_store(s)) {
                 uint32_t w[8];
                 detail::words8(v, w, (T*)nullptr);
-                detail::write8(p + layout.at(i, j - 7), w);
+                detail::write8(detail::segment_at(p, layout, i, j - 7), w);
             } else {
 #pragma unroll
                 for (int e = 0; e < 8; e++) p[layout.at(i, j - 7 + e)] = round_to<T>(v[e]);
@@ -292,7 +317,8 @@ struct SegmentElement {
 // none) would have had read ahead for it (no tile values with SHARED_TILES: a pass has them in
 // shared memory), and its column `col` of the tile's column vectors (-1: none), once, before the
 // segment loop: run through a program's element() like the others, so its slots are numbered the
-// same way. Nothing else it does or returns is anything (zeros).
+// same way. Nothing else it does or returns is anything (zeros). It also records which tiles are
+// accessed a whole segment at a time (SegmentSlots::whole), so the segments need not test it.
 template <bool SHARED_TILES>
 struct PreloadElement {
     float acc = 0.f;
@@ -303,18 +329,21 @@ struct PreloadElement {
     template <class T, class L>
     __device__ T load(const T* p, const L& layout) const {
         const int s = detail::next_slot(counters->load);
+        const bool whole = detail::whole_segments(p, layout);
+        slots->whole |= (uint32_t)whole << s;
         if (i < 0) return T{};
         if constexpr (!SHARED_TILES && detail::kReadAhead<T>) {
             uint32_t w[8];
-            detail::read_segment(p, layout, i, j, w);
+            detail::read_segment(p, layout, i, j, w, whole);
 #pragma unroll
             for (int e = 0; e < detail::kWords8<T>; e++) slots->next_loaded[e].set(s, __uint_as_float(w[e]));
         }
         return T{};
     }
     template <class T, class L>
-    __device__ float store(T*, const L&, float) const {
-        detail::next_slot(counters->store);
+    __device__ float store(T* p, const L& layout, float) const {
+        const int s = detail::next_slot(counters->store);
+        slots->whole |= (uint32_t)detail::whole_segments(p, layout) << (SegmentSlots::kStoreBits + s);
         return 0.f;
     }
     __device__ void row_output(float*, float) const {}
@@ -466,6 +495,10 @@ struct TileEpilogue {
     static constexpr int kWarpChunks = FN * 8 / kChunkCols;
     static constexpr int kRowsPerPass = kThreads / 4, kPasses = kTileRows / kRowsPerPass;
     static_assert(FN * 8 % kChunkCols == 0 && kTileRows % kRowsPerPass == 0, "tile of whole chunks and passes");
+    // A thread's rows in the passes differ by multiples of 4: the same swizzle (staged_at) and
+    // the same half order (tile_piece_at), so a pass's shared addresses are the first pass's plus
+    // a constant stride.
+    static_assert(kRowsPerPass % 4 == 0, "passes of whole swizzle periods");
     static constexpr size_t kStageBytes = ZERO_ACC ? 0 : (size_t)kTileRows * kChunkCols * sizeof(float);
     static constexpr size_t kColStateBytes = kCols ? (size_t)kWarps * kTileCols * sizeof(Col) : 0;
     // The tile's columns of the column vectors the program reads.
@@ -599,8 +632,11 @@ struct TileEpilogue {
             for (int half = 0; half < kChunkCols / kHalfCols; half++) {
                 const int col0 = half * kHalfCols + 8 * q;  // of the segment, in the chunk
                 const int j0 = tile_col0 + c * kChunkCols + col0;
+                const uint32_t staged_lo = stage + 4 * staged_at(row0, col0), staged_hi = stage + 4 * staged_at(row0, col0 + 4);
+                const uint32_t segment_cols = col_vectors + 4 * (c * kChunkCols + col0);
+                const uint32_t segment_tiles = tile_copies + TileCopyElement::tile_piece_at(row0, col0 / 8);
                 Col cols[8] = {};
-#pragma unroll 1
+                CODA_EPILOGUE_PASS_UNROLL
                 for (int pass = 0; pass < kPasses; pass++) {
                     const int row = row0 + pass * kRowsPerPass, i = tile_row0 + row;
                     if (i >= M || j0 >= N) break;  // and so are the later passes' rows
@@ -613,18 +649,19 @@ struct TileEpilogue {
                     const bool next = !last && next_j < N;
                     float v[8] = {};
                     if constexpr (!ZERO_ACC) {
-                        const float4 lo = ptx::ld_shared_v4(stage + 4 * staged_at(row, col0));
-                        const float4 hi = ptx::ld_shared_v4(stage + 4 * staged_at(row, col0 + 4));
+                        constexpr uint32_t kPassStageBytes = kRowsPerPass * kChunkCols * sizeof(float);
+                        const float4 lo = ptx::ld_shared_v4(staged_lo + pass * kPassStageBytes);
+                        const float4 hi = ptx::ld_shared_v4(staged_hi + pass * kPassStageBytes);
                         v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
                     }
                     Row row_state = detail::select(rows, pass);
-                    const uint32_t segment_cols = col_vectors + 4 * (c * kChunkCols + col0);
-                    const uint32_t segment_tiles = tile_copies + TileCopyElement::tile_piece_at(row, col0 / 8);
+                    constexpr uint32_t kPassTileCopyBytes = kRowsPerPass * TileCopyElement::kRowBytes;
 #pragma unroll
                     for (int k = 0; k < 8; k++) {
                         ElementCounters counters;
                         p.element(SegmentElement<ZERO_ACC>{v[k], i, j0 + k, k, pass == 0, next ? next_i : -1, next_j,
-                                                           segment_cols, kColStride, &counters, &slots, segment_tiles,
+                                                           segment_cols, kColStride, &counters, &slots,
+                                                           segment_tiles + pass * kPassTileCopyBytes,
                                                            (uint32_t)kPassTileBytes},
                                   row_state, cols[k]);
                     }
