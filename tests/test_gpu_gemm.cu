@@ -342,6 +342,57 @@ TEST(GpuPass, ReadsUnalignedAndTransposedTilesAsAlignedOnes) {
     EXPECT_EQ(unwritten, 0u) << "dz^ elements left unwritten (NaN)";
 }
 
+// A GEMM's epilogue reads and writes its tiles a whole segment (16 bytes) at a time where their
+// rows are 16-byte aligned and row-major, value by value where not, as the tile's first segment
+// finds (PreloadElement). A loaded and a stored tile one element off alignment, or both stored
+// transposed, give the same bits as aligned row-major ones, on both mainloops.
+TEST(GpuEpilogue, AccessesUnalignedAndTransposedTilesAsAlignedOnes) {
+    REQUIRE_GPU();
+    const int M = 136, K = 72, N = 200;  // partial tiles in both dimensions
+    Rng rng(51);
+    const Residual x(rng, M, K);
+    const FoldedLinear fc(rng, K, N);
+    const std::vector<bf16> dres = random_act<bf16>(rng, (size_t)M * K), wp = random_act<bf16>(rng, (size_t)N * K, 1 / std::sqrt(N));
+    const std::vector<bf16> f = random_act<bf16>(rng, (size_t)M * N, 1.5);
+    std::vector<bf16> f_off(1 + (size_t)M * N), f_t((size_t)N * M);
+    std::copy(f.begin(), f.end(), f_off.begin() + 1);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) f_t[(size_t)j * M + i] = f[(size_t)i * N + j];
+    const HostGemm gemm{M, N, K, &dres, {K}, &wp, {K, true}};
+    enum Form { kAligned, kUnaligned, kTransposed };
+    auto outputs = [&](Mainloop mainloop, Form form) {
+        GpuRunner run(mainloop);
+        FoldGradientBuffers<> out(M, N, run.shape(gemm));
+        std::vector<bf16> g = nan_filled<bf16>(1 + (size_t)M * N);  // unaligned: from element 1
+        GeluBackward<> p;
+        if (form == kAligned) p.f = {run.at(f), {N}}, p.g = {run.at(g), {N}};
+        if (form == kUnaligned) p.f = {run.at(std::as_const(f_off)) + 1, {N}}, p.g = {run.at(g) + 1, {N}};
+        if (form == kTransposed) p.f = {run.at(f_t), {M, true}}, p.g = {run.at(g), {M, true}};
+        p.fold = out.program(run, x, fc);
+        run.run(p, gemm);
+        std::vector<float> g_rows((size_t)M * N);  // g row-major, whatever its layout
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++)
+                g_rows[(size_t)i * N + j] = to_float(form == kAligned      ? g[(size_t)i * N + j]
+                                                     : form == kUnaligned ? g[1 + (size_t)i * N + j]
+                                                                          : g[(size_t)j * M + i]);
+        return Buffers{{"g", g_rows}, {"dz^", floats(out.dz_hat)}, {"m1", out.m1}, {"m2", out.m2}, {"db", out.db}, {"v", out.v}};
+    };
+    for (const Mainloop mainloop : {Mainloop::Sm80, Mainloop::Auto}) {
+        const Buffers aligned = outputs(mainloop, kAligned);
+        for (const Form form : {kUnaligned, kTransposed}) {
+            const Buffers got = outputs(mainloop, form);
+            for (size_t b = 0; b < got.size(); b++)
+                EXPECT_EQ(0, std::memcmp(got[b].second.data(), aligned[b].second.data(), got[b].second.size() * sizeof(float)))
+                    << got[b].first << " on " << name_of(mainloop) << (form == kUnaligned ? " with f and g unaligned" : " with f and g transposed")
+                    << " differs";
+        }
+        size_t unwritten = 0;  // the aligned run's values are checked against fp64 by GpuPrograms.GeluBackward
+        for (const float v : aligned[0].second) unwritten += !std::isfinite(v);
+        EXPECT_EQ(unwritten, 0u) << "g elements left unwritten (NaN) on " << name_of(mainloop);
+    }
+}
+
 // ---------------------------------------------------------------- bad problems (no GPU needed)
 
 TEST(GpuGemm, RefusesBadProblemsNamingTheOperand) {
