@@ -36,7 +36,8 @@
 //   accumulator indices, and once staged those registers are free for the segments' work), the
 //   halves and passes are run-time loops over one segment's code (8 elements). A fully unrolled
 //   epilogue (137 KB of SASS for GeluBackward at 128 accumulators a thread) outgrew the SM's
-//   instruction cache (bench/NOTES_gemm_sm90.md, v3).
+//   instruction cache (bench/NOTES_gemm_sm90.md, v3); unrolling the passes alone makes ptxas spill
+//   (96 bytes for GeluBackward's sm90 kernels, nvcc 13.0).
 //   Measured on the H200 (bench_gemm): even the plain store runs faster this way (0.89x the time of
 //   storing bf16 pairs straight from the fragments), so every program takes this path. Passes
 //   without a GEMM (ZERO_ACC) run the same segments and skip the staging: their accumulators are 0;
@@ -63,16 +64,6 @@
 
 #include "epilogue.cuh"
 #include "ptx_sm80.cuh"
-
-// EXPERIMENT (not to land as a switch): the pass loop unrolled (1) or not (0).
-#ifndef CODA_EPILOGUE_UNROLL_PASSES
-#define CODA_EPILOGUE_UNROLL_PASSES 0
-#endif
-#if CODA_EPILOGUE_UNROLL_PASSES
-#define CODA_EPILOGUE_PASS_UNROLL _Pragma("unroll")
-#else
-#define CODA_EPILOGUE_PASS_UNROLL _Pragma("unroll 1")
-#endif
 
 namespace codagpt::coda {
 
@@ -636,7 +627,7 @@ struct TileEpilogue {
                 const uint32_t segment_cols = col_vectors + 4 * (c * kChunkCols + col0);
                 const uint32_t segment_tiles = tile_copies + TileCopyElement::tile_piece_at(row0, col0 / 8);
                 Col cols[8] = {};
-                CODA_EPILOGUE_PASS_UNROLL
+#pragma unroll 1
                 for (int pass = 0; pass < kPasses; pass++) {
                     const int row = row0 + pass * kRowsPerPass, i = tile_row0 + row;
                     if (i >= M || j0 >= N) break;  // and so are the later passes' rows
