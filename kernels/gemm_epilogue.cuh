@@ -163,12 +163,6 @@ struct SegmentSlots {
     RegisterSlots row, next_row;         // row vector values
     RegisterSlots col[8];                // [e]: column j0 + e's vector values
     RegisterSlots tile_col;              // this thread's column of the tile, before they go to shared memory
-    // Bit s: tile load s / tile store s (bit kStoreBits + s) is accessed a whole segment at a time
-    // (whole_segments: the same for every segment of the tile, so taken once, by the PreloadElement).
-    static constexpr int kStoreBits = RegisterSlots::kMax;
-    uint32_t whole = 0;
-    __device__ bool whole_load(int s) const { return (whole >> s) & 1u; }
-    __device__ bool whole_store(int s) const { return (whole >> (kStoreBits + s)) & 1u; }
 };
 
 namespace detail {
@@ -185,16 +179,12 @@ __device__ inline T* segment_at(T* p, const Layout& layout, int r, int c) {
     return p + (long)r * layout.ld + c;
 }
 template <class T>
-__device__ inline void read_segment(const T* p, const Layout& layout, int r, int c, uint32_t (&w)[8], bool whole) {
-    if (whole) return read8(segment_at(p, layout, r, c), w);
+__device__ inline void read_segment(const T* p, const Layout& layout, int r, int c, uint32_t (&w)[8]) {
+    if (whole_segments(p, layout)) return read8(segment_at(p, layout, r, c), w);
     float v[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) v[e] = to_float(p[layout.at(r, c + e)]);
     words8(v, w, (T*)nullptr);
-}
-template <class T>
-__device__ inline void read_segment(const T* p, const Layout& layout, int r, int c, uint32_t (&w)[8]) {
-    read_segment(p, layout, r, c, w, whole_segments(p, layout));
 }
 // bf16 tiles are read ahead; fp32 tiles (the weight gradients' read-modify-write, of long-K GEMMs)
 // are read when used: their 8 words more a tile do not fit beside the accumulators.
@@ -246,12 +236,12 @@ struct SegmentElement {
 #pragma unroll
                 for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, slots->next_loaded[e].get(s));
                 if (next_i >= 0) {
-                    detail::read_segment(p, layout, next_i, next_j, w, slots->whole_load(s));
+                    detail::read_segment(p, layout, next_i, next_j, w);
 #pragma unroll
                     for (int e = 0; e < kWords; e++) slots->next_loaded[e].set(s, __uint_as_float(w[e]));
                 }
             } else {
-                detail::read_segment(p, layout, i, j, w, slots->whole_load(s));
+                detail::read_segment(p, layout, i, j, w);
 #pragma unroll
                 for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, __uint_as_float(w[e]));
             }
@@ -269,7 +259,7 @@ struct SegmentElement {
             float v[8];
 #pragma unroll
             for (int e = 0; e < 8; e++) v[e] = slots->stored[e].get(s);
-            if (slots->whole_store(s)) {
+            if (detail::whole_segments(p, layout)) {
                 uint32_t w[8];
                 detail::words8(v, w, (T*)nullptr);
                 detail::write8(detail::segment_at(p, layout, i, j - 7), w);
@@ -308,8 +298,7 @@ struct SegmentElement {
 // none) would have had read ahead for it (no tile values with SHARED_TILES: a pass has them in
 // shared memory), and its column `col` of the tile's column vectors (-1: none), once, before the
 // segment loop: run through a program's element() like the others, so its slots are numbered the
-// same way. Nothing else it does or returns is anything (zeros). It also records which tiles are
-// accessed a whole segment at a time (SegmentSlots::whole), so the segments need not test it.
+// same way. Nothing else it does or returns is anything (zeros).
 template <bool SHARED_TILES>
 struct PreloadElement {
     float acc = 0.f;
@@ -320,21 +309,18 @@ struct PreloadElement {
     template <class T, class L>
     __device__ T load(const T* p, const L& layout) const {
         const int s = detail::next_slot(counters->load);
-        const bool whole = detail::whole_segments(p, layout);
-        slots->whole |= (uint32_t)whole << s;
         if (i < 0) return T{};
         if constexpr (!SHARED_TILES && detail::kReadAhead<T>) {
             uint32_t w[8];
-            detail::read_segment(p, layout, i, j, w, whole);
+            detail::read_segment(p, layout, i, j, w);
 #pragma unroll
             for (int e = 0; e < detail::kWords8<T>; e++) slots->next_loaded[e].set(s, __uint_as_float(w[e]));
         }
         return T{};
     }
     template <class T, class L>
-    __device__ float store(T* p, const L& layout, float) const {
-        const int s = detail::next_slot(counters->store);
-        slots->whole |= (uint32_t)detail::whole_segments(p, layout) << (SegmentSlots::kStoreBits + s);
+    __device__ float store(T*, const L&, float) const {
+        detail::next_slot(counters->store);
         return 0.f;
     }
     __device__ void row_output(float*, float) const {}
