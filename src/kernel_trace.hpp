@@ -25,7 +25,8 @@ std::vector<TracedKernel> trace_kernels(const std::function<void()>& fn);
 // A table of where the time of `kernels` goes: one line per distinct kernel (full demangled name,
 // shortened to its function name and, for the GEMM engine's kernels, its epilogue program), with
 // launches, total ms and share, largest total first; then the sum, and the GPU's idle time between
-// the kernels (launch gaps, waits for the host).
+// the kernels (launch gaps, waits for the host, and CUPTI's start-up: a few ms before the second
+// kernel of each trace_kernels call, measured on the H200).
 std::string kernel_time_table(const std::vector<TracedKernel>& kernels);
 
 // The function name of a demangled kernel name: no return type, namespaces, template arguments or

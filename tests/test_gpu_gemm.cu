@@ -343,9 +343,9 @@ TEST(GpuPass, ReadsUnalignedAndTransposedTilesAsAlignedOnes) {
 }
 
 // A GEMM's epilogue reads and writes its tiles a whole segment (16 bytes) at a time where their
-// rows are 16-byte aligned and row-major, value by value where not, as the tile's first segment
-// finds (PreloadElement). A loaded and a stored tile one element off alignment, or both stored
-// transposed, give the same bits as aligned row-major ones, on both mainloops.
+// rows are 16-byte aligned and row-major, value by value where not. A loaded and a stored tile one
+// element off alignment, or both stored transposed, give the same bits as aligned row-major ones,
+// on both mainloops.
 TEST(GpuEpilogue, AccessesUnalignedAndTransposedTilesAsAlignedOnes) {
     REQUIRE_GPU();
     const int M = 136, K = 72, N = 200;  // partial tiles in both dimensions
