@@ -167,6 +167,19 @@ INSTANTIATE_TEST_SUITE_P(Splits, GpuPrograms,
 // ---------------------------------------------------------------- against the emulator, and determinism
 
 using Buffers = std::vector<std::pair<std::string, std::vector<float>>>;
+// Every named buffer of `got` has the same bits as the one of `want`; `how` says what differs.
+void expect_same_bits(const Buffers& got, const Buffers& want, const std::string& how) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t b = 0; b < got.size(); b++) {
+        ASSERT_EQ(got[b].second.size(), want[b].second.size()) << got[b].first;
+        EXPECT_EQ(0, std::memcmp(got[b].second.data(), want[b].second.data(), got[b].second.size() * sizeof(float)))
+            << got[b].first << " differs " << how;
+    }
+}
+// Elements left unwritten (the NaN a buffer was poisoned with) or otherwise not finite.
+size_t non_finite(const std::vector<float>& v) {
+    return std::count_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+}
 template <class T>
 std::vector<float> floats(const std::vector<T>& v) {
     std::vector<float> f(v.size());
@@ -253,9 +266,7 @@ TEST_P(GpuEngine, RerunsAreBitIdentical) {
     const Case c{264, 1600, 1600};
     GpuRunner gpu(GetParam());
     const Buffers first = fused_outputs<bf16>(gpu, c), second = fused_outputs<bf16>(gpu, c);
-    for (size_t b = 0; b < first.size(); b++)
-        EXPECT_EQ(0, std::memcmp(first[b].second.data(), second[b].second.data(), first[b].second.size() * sizeof(float)))
-            << first[b].first << " differs between two runs";
+    expect_same_bits(second, first, "between two runs");
 }
 
 // GPT-2 1.5B's attention-projection shape at B*T = 16384: every element written, 256 sampled rows
@@ -331,15 +342,10 @@ TEST(GpuPass, ReadsUnalignedAndTransposedTilesAsAlignedOnes) {
         return Buffers{{"dz^", floats(out.dz_hat)}, {"m1", out.m1}, {"m2", out.m2}, {"db", out.db}, {"v", out.v}};
     };
     const Buffers aligned = outputs(false, false);
-    for (const auto& [unaligned, transposed] : {std::pair{true, false}, {false, true}}) {
-        const Buffers got = outputs(unaligned, transposed);
-        for (size_t b = 0; b < got.size(); b++)
-            EXPECT_EQ(0, std::memcmp(got[b].second.data(), aligned[b].second.data(), got[b].second.size() * sizeof(float)))
-                << got[b].first << (unaligned ? " with dqkv unaligned" : " with qkv transposed") << " differs";
-    }
-    size_t unwritten = 0;  // the aligned run's values are checked against fp64 by GpuPrograms.QkvGradient
-    for (const float v : aligned[0].second) unwritten += !std::isfinite(v);
-    EXPECT_EQ(unwritten, 0u) << "dz^ elements left unwritten (NaN)";
+    for (const auto& [unaligned, transposed] : {std::pair{true, false}, {false, true}})
+        expect_same_bits(outputs(unaligned, transposed), aligned, unaligned ? "with dqkv unaligned" : "with qkv transposed");
+    // The aligned run's values are checked against fp64 by GpuPrograms.QkvGradient.
+    EXPECT_EQ(non_finite(aligned[0].second), 0u) << "dz^ elements left unwritten (NaN)";
 }
 
 // A GEMM's epilogue reads and writes its tiles a whole segment (16 bytes) at a time where their
@@ -380,16 +386,12 @@ TEST(GpuEpilogue, AccessesUnalignedAndTransposedTilesAsAlignedOnes) {
     };
     for (const Mainloop mainloop : {Mainloop::Sm80, Mainloop::Auto}) {
         const Buffers aligned = outputs(mainloop, kAligned);
-        for (const Form form : {kUnaligned, kTransposed}) {
-            const Buffers got = outputs(mainloop, form);
-            for (size_t b = 0; b < got.size(); b++)
-                EXPECT_EQ(0, std::memcmp(got[b].second.data(), aligned[b].second.data(), got[b].second.size() * sizeof(float)))
-                    << got[b].first << " on " << name_of(mainloop) << (form == kUnaligned ? " with f and g unaligned" : " with f and g transposed")
-                    << " differs";
-        }
-        size_t unwritten = 0;  // the aligned run's values are checked against fp64 by GpuPrograms.GeluBackward
-        for (const float v : aligned[0].second) unwritten += !std::isfinite(v);
-        EXPECT_EQ(unwritten, 0u) << "g elements left unwritten (NaN) on " << name_of(mainloop);
+        for (const Form form : {kUnaligned, kTransposed})
+            expect_same_bits(outputs(mainloop, form), aligned,
+                             std::string("on ") + name_of(mainloop) +
+                                 (form == kUnaligned ? " with f and g unaligned" : " with f and g transposed"));
+        // The aligned run's values are checked against fp64 by GpuPrograms.GeluBackward.
+        EXPECT_EQ(non_finite(aligned[0].second), 0u) << "g elements left unwritten (NaN) on " << name_of(mainloop);
     }
 }
 
