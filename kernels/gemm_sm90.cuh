@@ -13,7 +13,9 @@
 //     program on its accumulators.
 // Work units (tiles, or with split-K a tile's K splits) are dealt to CTAs round robin in a grouped
 // tile order (GROUP_M M-tiles side by side, M fastest), so the CTAs in flight share A rows and B
-// columns in L2. A CTA's units, and so its ring slots and trip counts, follow from blockIdx.x:
+// columns in L2; edge tiles at most half full (C = 1600 is 12.5 tiles of 128) run half the wgmmas
+// (n BN/2, or a consumer's m64 blocks with rows in the matrix only) and are dealt last, so they
+// fill the last round instead of adding one (tile_coord). A CTA's units, and so its ring slots and trip counts, follow from blockIdx.x:
 // values the compiler sees as uniform (a tile id read from memory would make the descriptors and
 // loop counts per-thread values; measured: every GEMM 15-25% slower).
 // Split-K (Params): where the output has too few tiles to fill the SMs evenly (the weight
@@ -42,6 +44,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "common.cuh"
@@ -157,18 +160,35 @@ struct Params {
     int* flags;
     float4* partials;
     int prefetch_k_blocks;  // the epilogue's tile inputs are prefetched this many k-blocks before the end (0: not)
+    // 1 where the last tile row holds at most BM/2 rows of the matrix / the last tile column at
+    // most BN/2 columns: half tiles, dealt after the full ones (tile_coord).
+    int half_m, half_n;
 };
 
-// Grouped tile order: tile t -> (tm, tn) with GROUP_M M-tiles per group, M fastest in a group.
+// Tile order: tile t -> (tm, tn). First the full tiles (all but a half last row and column), in
+// groups of group_m M-tiles, M fastest in a group; then the half tiles: the last column's (M
+// fastest), the last row's, and the corner. Dealt round robin, the half tiles go to the CTAs with
+// the fewest full ones: e.g. 16384 x 1600 in 128 x 128 tiles on 132 SMs, at most 12.5 tiles' work
+// a CTA instead of 13.
 struct TileCoord {
     int m, n;
 };
-__host__ __device__ inline TileCoord tile_coord(int t, int tiles_m, int tiles_n, int group_m) {
-    const int per_group = group_m * tiles_n;
-    const int first_m = (t / per_group) * group_m;
-    const int rows = min(group_m, tiles_m - first_m);
-    const int local = t % per_group;
-    return {first_m + local % rows, local / rows};
+__host__ __device__ inline TileCoord tile_coord(int t, int tiles_m, int tiles_n, int group_m, int half_m, int half_n) {
+    const int full_m = tiles_m - half_m, full_n = tiles_n - half_n;
+    if (t < full_m * full_n) {
+        const int per_group = group_m * full_n;
+        const int first_m = (t / per_group) * group_m;
+        const int rows = min(group_m, full_m - first_m);
+        const int local = t % per_group;
+        return {first_m + local % rows, local / rows};
+    }
+    t -= full_m * full_n;
+    if (half_n) {
+        if (t < full_m) return {t, tiles_n - 1};
+        t -= full_m;
+    }
+    if (half_m && t < full_n) return {tiles_m - 1, t};
+    return {tiles_m - 1, tiles_n - 1};  // the corner, half in both
 }
 
 #ifdef CODA_SM90_DEVICE
@@ -252,9 +272,29 @@ __device__ inline uint32_t desc_lo(uint32_t addr) { return ((addr & 0x3FFFF) >> 
 __device__ inline uint64_t desc(uint32_t lo) { return (uint64_t)kDescHi << 32 | lo; }
 
 // d[64 x N] (+)= A[64 x 16] B[16 x N], both from shared memory; accumulate=false overwrites d.
-// TA / TB: the transpose bits (1 = M-major A, N-major B).
+// TA / TB: the transpose bits (1 = M-major A, N-major B). d holds N/2 floats a thread, 4 for each
+// n8 block in column order: the first N/4 of an n(2N) accumulator are its first N/2 columns, so a
+// half tile's wgmma of n(BN/2) runs on the front half of the full tile's accumulators.
 template <int N, int TA, int TB>
 struct Wgmma;
+
+template <int TA, int TB>
+struct Wgmma<64, TA, TB> {
+    __device__ static void run(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+        asm volatile(
+            "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+            "%32, %33, p, 1, 1, %35, %36;\n}"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+              "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+              "+f"(d[30]), "+f"(d[31])
+            : "l"(a), "l"(b), "r"(accumulate), "n"(TA), "n"(TB));
+    }
+};
 
 template <int TA, int TB>
 struct Wgmma<128, TA, TB> {
@@ -400,7 +440,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         int stage = 0;
         uint32_t phase = 0;
         for (int u = blockIdx.x; u < units; u += gridDim.x) {
-            const TileCoord tc = tile_coord(u / params.splits, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
+            const TileCoord tc = tile_coord(u / params.splits, params.tiles_m, params.tiles_n, Cfg::GROUP_M,
+                                            params.half_m, params.half_n);
             const int m0 = tc.m * Cfg::BM, n0 = tc.n * Cfg::BN;
             const int kb_begin = u % params.splits * params.split_k_blocks, kb_end = kb_begin + unit_k_blocks(u);
             for (int kb = kb_begin; kb < kb_end; kb++) {
@@ -444,7 +485,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t a_base = smem_a + (A_MMAJOR ? a_row0 / 64 * 8192 : a_row0 * 128);
         constexpr uint32_t kAFmStride = A_MMAJOR ? 8192 : 64 * 128;
         const uint32_t a_desc0 = ptx::desc_lo(a_base), b_desc0 = ptx::desc_lo(smem_b);
-        using Mma = ptx::Wgmma<Cfg::BN, A_MMAJOR ? 1 : 0, B_NMAJOR ? 1 : 0>;
         using Epilogue = EpilogueOf<Cfg, P>;
         const EpilogueSync<Cfg::WARPS_M * 32> sync{kEpilogueBarrier + (Cfg::PINGPONG ? consumer : 0)};
         uint8_t* epilogue_smem = smem + Smem::epilogue + (Cfg::PINGPONG ? consumer * Smem::kEpilogueBytes : 0);
@@ -456,7 +496,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         int slot = Cfg::PINGPONG && consumer == 1 ? unit_k_blocks(blockIdx.x) : 0;
         for (int i = first, u = blockIdx.x + first * gridDim.x; u < units; i += step, u += step * gridDim.x) {
             const int tile = u / params.splits, split = u % params.splits, k_blocks = unit_k_blocks(u);
-            const TileCoord tc = tile_coord(tile, params.tiles_m, params.tiles_n, Cfg::GROUP_M);
+            const TileCoord tc = tile_coord(tile, params.tiles_m, params.tiles_n, Cfg::GROUP_M, params.half_m, params.half_n);
             // Fresh accumulators each tile (the first wgmma overwrites them anyway): so the compiler
             // sees the previous tile's die in its epilogue instead of living on into this mainloop.
 #pragma unroll
@@ -473,43 +513,64 @@ __global__ void __launch_bounds__(kThreads, 1)
             const bool epilogue = params.splits == 1 || split == params.splits - 1;
             const int prefetch_kb =
                 epilogue && params.prefetch_k_blocks > 0 ? max(0, k_blocks - params.prefetch_k_blocks) : -1;
-            if (Cfg::PINGPONG && i > 0) ptx::named_barrier_sync(kOrderBarrier + consumer, 256);
-            for (int kb = 0; kb < k_blocks; kb++) {
-                ptx::mbar_wait(full_bar + 8 * stage, phase);
-                ptx::wgmma_fence();
-                const uint32_t a_lo = a_desc0 + stage * (Cfg::A_BYTES / 16), b_lo = b_desc0 + stage * (Cfg::B_BYTES / 16);
+            // The k-loop on kFmUsed of the consumer's m64 blocks (those with rows in the matrix),
+            // with wgmmas of n BN/2 where the tile's columns in the matrix fit in half (narrow): the
+            // wgmmas left out would only multiply the copy engine's zeros; their accumulators stay 0.
+            auto mainloop = [&](auto fm_used, auto narrow) {
+                constexpr int kFmUsed = decltype(fm_used)::value, kN = decltype(narrow)::value ? Cfg::BN / 2 : Cfg::BN;
+                using Mma = ptx::Wgmma<kN, A_MMAJOR ? 1 : 0, B_NMAJOR ? 1 : 0>;
+                for (int kb = 0; kb < k_blocks; kb++) {
+                    ptx::mbar_wait(full_bar + 8 * stage, phase);
+                    ptx::wgmma_fence();
+                    const uint32_t a_lo = a_desc0 + stage * (Cfg::A_BYTES / 16), b_lo = b_desc0 + stage * (Cfg::B_BYTES / 16);
 #pragma unroll
-                for (int kk = 0; kk < Cfg::BK / 16; kk++) {
-                    const uint64_t b_desc = ptx::desc(b_lo + kk * kBStep / 16);
+                    for (int kk = 0; kk < Cfg::BK / 16; kk++) {
+                        const uint64_t b_desc = ptx::desc(b_lo + kk * kBStep / 16);
 #pragma unroll
-                    for (int fm = 0; fm < Cfg::FM; fm++) {
-                        const uint64_t a_desc = ptx::desc(a_lo + (fm * kAFmStride + kk * kAStep) / 16);
-                        Mma::run(reinterpret_cast<float(&)[Cfg::BN / 2]>(acc[fm]), a_desc, b_desc, kb > 0 || kk > 0);
+                        for (int fm = 0; fm < kFmUsed; fm++) {
+                            const uint64_t a_desc = ptx::desc(a_lo + (fm * kAFmStride + kk * kAStep) / 16);
+                            Mma::run(reinterpret_cast<float(&)[kN / 2]>(acc[fm]), a_desc, b_desc, kb > 0 || kk > 0);
+                        }
+                    }
+                    ptx::wgmma_commit();
+                    // The previous k-block's wgmmas are done once at most this one is in flight:
+                    // its stage goes back to the producer.
+                    ptx::wgmma_wait<1>();
+                    if (prev_stage >= 0 && lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
+                    if (kb == prefetch_kb)
+                        Epilogue::prefetch(program, tc.m, tc.n, params.M, params.N, a_row0, a_row0 + Cfg::WG_ROWS,
+                                           threadIdx.x % 128, 128);
+                    prev_stage = stage;
+                    if (++stage == Smem::kStages) {
+                        stage = 0;
+                        phase ^= 1;
                     }
                 }
-                ptx::wgmma_commit();
-                // The previous k-block's wgmmas are done once at most this one is in flight:
-                // its stage goes back to the producer.
-                ptx::wgmma_wait<1>();
-                if (prev_stage >= 0 && lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
-                if (kb == prefetch_kb)
-                    Epilogue::prefetch(program, tc.m, tc.n, params.M, params.N, a_row0, a_row0 + Cfg::WG_ROWS,
-                                       threadIdx.x % 128, 128);
-                prev_stage = stage;
-                if (++stage == Smem::kStages) {
-                    stage = 0;
-                    phase ^= 1;
-                }
+                // Ends the wgmmas' pipeline in the variant itself: where the variants join, the
+                // accumulators are final (else ptxas serializes every wgmma, C7515).
+                if (Cfg::PINGPONG && u + gridDim.x < units) ptx::named_barrier_arrive(kOrderBarrier + 1 - consumer, 256);
+                ptx::wgmma_wait<0>();
+                if (lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
+#pragma unroll
+                for (int fm = 0; fm < Cfg::FM; fm++)
+#pragma unroll
+                    for (int fn = 0; fn < Cfg::FN; fn++)
+#pragma unroll
+                        for (int q = 0; q < 4; q++) ptx::fence_operand(acc[fm][fn][q]);
+            };
+            auto mainloop_cols = [&](auto fm_used) {
+                if (params.N - tc.n * Cfg::BN <= Cfg::BN / 2) mainloop(fm_used, std::true_type{});
+                else mainloop(fm_used, std::false_type{});
+            };
+            const int rows = params.M - tc.m * Cfg::BM - (int)a_row0;  // of this consumer's, in the matrix
+            if (Cfg::PINGPONG && i > 0) ptx::named_barrier_sync(kOrderBarrier + consumer, 256);
+            if (rows > (Cfg::FM - 1) * 64) {
+                mainloop_cols(std::integral_constant<int, Cfg::FM>{});
+            } else if (rows <= 0) {  // a cooperative tile's second consumer, below the matrix
+                if constexpr (!Cfg::PINGPONG) mainloop_cols(std::integral_constant<int, 0>{});
+            } else {
+                if constexpr (Cfg::FM == 2) mainloop_cols(std::integral_constant<int, 1>{});
             }
-            if (Cfg::PINGPONG && u + gridDim.x < units) ptx::named_barrier_arrive(kOrderBarrier + 1 - consumer, 256);
-            ptx::wgmma_wait<0>();
-            if (lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
-#pragma unroll
-            for (int fm = 0; fm < Cfg::FM; fm++)
-#pragma unroll
-                for (int fn = 0; fn < Cfg::FN; fn++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) ptx::fence_operand(acc[fm][fn][q]);
 
             slot += k_blocks + (Cfg::PINGPONG ? unit_k_blocks(u + gridDim.x) : 0);  // ping-pong: and the other's next
 
@@ -716,6 +777,8 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
     params.splits = splits;
     params.split_k_blocks = split_k_blocks(params.k_blocks, splits);
     params.prefetch_k_blocks = prefetch_k_blocks();
+    params.half_m = prob.M - (params.tiles_m - 1) * Cfg::BM <= Cfg::BM / 2;
+    params.half_n = prob.N - (params.tiles_n - 1) * Cfg::BN <= Cfg::BN / 2;
     const long tiles = (long)params.tiles_m * params.tiles_n;
     if (splits > 1) {
         const Workspace& w = workspace(stream, tiles, tiles * (splits - 1) * Cfg::BM * Cfg::BN / 4);

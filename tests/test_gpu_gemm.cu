@@ -435,6 +435,43 @@ TEST(GpuGemm, SplitsKOnlyWhereTheTilesAreTooFew) {
         }
 }
 
+// ---------------------------------------------------------------- tile order (no GPU needed)
+
+// The Hopper mainloop's tile order visits every tile once, the full tiles before the half ones
+// (a last row or column at most half inside the matrix), so that dealt round robin to the CTAs
+// the busiest CTA's work is at most half a tile over the CTAs' share rounded up to a half tile;
+// 1.5B's 16384 x 1600 outputs on an H200 (132 SMs): 12.5 tiles a CTA in 128 x 128 tiles, not 13.
+TEST(GpuGemm, TileOrderDealsHalfTilesLast) {
+    const int sms = 132;
+    for (const auto& [M, N, BM, BN] : {std::tuple{16384, 1600, 128, 128}, {1600, 4800, 128, 128}, {16384, 1600, 128, 256},
+                                       {136, 200, 256, 128}, {56, 40, 128, 128}, {1024, 4096, 128, 128}}) {
+        const int tiles_m = n_tiles(M, BM), tiles_n = n_tiles(N, BN);
+        const int half_m = M - (tiles_m - 1) * BM <= BM / 2, half_n = N - (tiles_n - 1) * BN <= BN / 2;
+        std::vector<int> seen(tiles_m * tiles_n, 0);
+        std::vector<double> work(sms, 0.0);
+        double total = 0;
+        int last_full = -1, first_half = tiles_m * tiles_n;
+        for (int t = 0; t < tiles_m * tiles_n; t++) {
+            const sm90::TileCoord c = sm90::tile_coord(t, tiles_m, tiles_n, 16, half_m, half_n);
+            ASSERT_TRUE(c.m >= 0 && c.m < tiles_m && c.n >= 0 && c.n < tiles_n) << t;
+            seen[c.m * tiles_n + c.n]++;
+            const bool short_row = half_m && c.m == tiles_m - 1, narrow = half_n && c.n == tiles_n - 1;
+            const double w = (short_row ? 0.5 : 1.0) * (narrow ? 0.5 : 1.0);
+            if (w < 1) first_half = std::min(first_half, t);
+            else last_full = t;
+            work[t % sms] += w;
+            total += w;
+        }
+        const std::string shape = std::to_string(M) + "x" + std::to_string(N) + " in " + std::to_string(BM) + "x" +
+                                  std::to_string(BN);
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), tiles_m * tiles_n) << shape << ": each tile once";
+        EXPECT_LT(last_full, first_half) << shape << ": full tiles first";
+        const double most = *std::max_element(work.begin(), work.end());
+        EXPECT_LE(most, std::ceil(2 * total / sms) / 2 + 0.5) << shape << ": work of the busiest CTA";
+        if (M == 16384 && N == 1600 && BN == 128) EXPECT_EQ(most, 12.5) << shape;
+    }
+}
+
 TEST(GpuGemm, RefusesAGemmForAPassProgram) {
     alignas(16) static bf16 buf[64];
     const std::string error = test::error_of([&] { gemm(QkvGradient<>{}, {8, 8, 8, {buf, {8}}, {buf, {8}}}, 0); });
