@@ -12,10 +12,11 @@
 //     keeps one k-block of wgmmas in flight while it waits for the next, and runs the epilogue
 //     program on its accumulators.
 // Work units (tiles, or with split-K a tile's K splits) are dealt to CTAs round robin in a grouped
-// tile order (GROUP_M M-tiles side by side, M fastest), so the CTAs in flight share A rows and B
-// columns in L2; edge tiles at most half full (C = 1600 is 12.5 tiles of 128) run half the wgmmas
-// (n BN/2, or a consumer's m64 blocks with rows in the matrix only) and are dealt last, so they
-// fill the last round instead of adding one (tile_coord). A CTA's units, and so its ring slots and trip counts, follow from blockIdx.x:
+// tile order (up to GROUP_M M-tiles side by side, M fastest), so the CTAs in flight share A rows
+// and B columns in L2. Edge tiles at most half inside the matrix (C = 1600 is 12.5 tiles of 128) run
+// half the wgmmas (n BN/2, or only a consumer's m64 blocks with rows in the matrix), and the group
+// size is chosen so that they even out the CTAs' work (group_m_for). A CTA's units, and so its ring
+// slots and trip counts, follow from blockIdx.x:
 // values the compiler sees as uniform (a tile id read from memory would make the descriptors and
 // loop counts per-thread values; measured: every GEMM 15-25% slower).
 // Split-K (Params): where the output has too few tiles to fill the SMs evenly (the weight
@@ -40,12 +41,14 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "common.cuh"
 #include "gemm_emulator.hpp"
@@ -93,7 +96,7 @@ struct Config {
     static constexpr int FN = BN / 8;        // n8 accumulator fragments per wgmma row block
     static constexpr int WARPS_M = PINGPONG ? 4 : 8;  // warps running one tile's epilogue, stacked along M
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
-    static constexpr int GROUP_M = 16;
+    static constexpr int GROUP_M = 16;  // M-tiles a group of the tile order, at most (group_m_for)
     static_assert(FM >= 1 && FM * BN <= 256 && (BN == 128 || BN == 256),
                   "wgmma wrappers exist for n128 and n256; 128 accumulators per thread at most");
 };
@@ -160,35 +163,19 @@ struct Params {
     int* flags;
     float4* partials;
     int prefetch_k_blocks;  // the epilogue's tile inputs are prefetched this many k-blocks before the end (0: not)
-    // 1 where the last tile row holds at most BM/2 rows of the matrix / the last tile column at
-    // most BN/2 columns: half tiles, dealt after the full ones (tile_coord).
-    int half_m, half_n;
+    int group_m;  // M-tiles a group of the tile order (tile_coord; group_m_for)
 };
 
-// Tile order: tile t -> (tm, tn). First the full tiles (all but a half last row and column), in
-// groups of group_m M-tiles, M fastest in a group; then the half tiles: the last column's (M
-// fastest), the last row's, and the corner. Dealt round robin, the half tiles go to the CTAs with
-// the fewest full ones: e.g. 16384 x 1600 in 128 x 128 tiles on 132 SMs, at most 12.5 tiles' work
-// a CTA instead of 13.
+// Grouped tile order: tile t -> (tm, tn) with group_m M-tiles per group, M fastest in a group.
 struct TileCoord {
     int m, n;
 };
-__host__ __device__ inline TileCoord tile_coord(int t, int tiles_m, int tiles_n, int group_m, int half_m, int half_n) {
-    const int full_m = tiles_m - half_m, full_n = tiles_n - half_n;
-    if (t < full_m * full_n) {
-        const int per_group = group_m * full_n;
-        const int first_m = (t / per_group) * group_m;
-        const int rows = min(group_m, full_m - first_m);
-        const int local = t % per_group;
-        return {first_m + local % rows, local / rows};
-    }
-    t -= full_m * full_n;
-    if (half_n) {
-        if (t < full_m) return {t, tiles_n - 1};
-        t -= full_m;
-    }
-    if (half_m && t < full_n) return {tiles_m - 1, t};
-    return {tiles_m - 1, tiles_n - 1};  // the corner, half in both
+__host__ __device__ inline TileCoord tile_coord(int t, int tiles_m, int tiles_n, int group_m) {
+    const int per_group = group_m * tiles_n;
+    const int first_m = (t / per_group) * group_m;
+    const int rows = min(group_m, tiles_m - first_m);
+    const int local = t % per_group;
+    return {first_m + local % rows, local / rows};
 }
 
 #ifdef CODA_SM90_DEVICE
@@ -440,8 +427,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         int stage = 0;
         uint32_t phase = 0;
         for (int u = blockIdx.x; u < units; u += gridDim.x) {
-            const TileCoord tc = tile_coord(u / params.splits, params.tiles_m, params.tiles_n, Cfg::GROUP_M,
-                                            params.half_m, params.half_n);
+            const TileCoord tc = tile_coord(u / params.splits, params.tiles_m, params.tiles_n, params.group_m);
             const int m0 = tc.m * Cfg::BM, n0 = tc.n * Cfg::BN;
             const int kb_begin = u % params.splits * params.split_k_blocks, kb_end = kb_begin + unit_k_blocks(u);
             for (int kb = kb_begin; kb < kb_end; kb++) {
@@ -496,7 +482,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         int slot = Cfg::PINGPONG && consumer == 1 ? unit_k_blocks(blockIdx.x) : 0;
         for (int i = first, u = blockIdx.x + first * gridDim.x; u < units; i += step, u += step * gridDim.x) {
             const int tile = u / params.splits, split = u % params.splits, k_blocks = unit_k_blocks(u);
-            const TileCoord tc = tile_coord(tile, params.tiles_m, params.tiles_n, Cfg::GROUP_M, params.half_m, params.half_n);
+            const TileCoord tc = tile_coord(tile, params.tiles_m, params.tiles_n, params.group_m);
             // Fresh accumulators each tile (the first wgmma overwrites them anyway): so the compiler
             // sees the previous tile's die in its epilogue instead of living on into this mainloop.
 #pragma unroll
@@ -758,6 +744,56 @@ inline Plan choose_plan(const GemmProblem& prob, int sms) {
     return best;
 }
 
+// An output's tiles, and whether its last tile row / column is a half tile (at most BM/2 rows /
+// BN/2 columns in the matrix: the mainloop runs half the wgmmas there).
+struct TileGrid {
+    int tiles_m, tiles_n;
+    bool half_m, half_n;
+    static TileGrid of(int M, int N, int bm, int bn) {
+        const int tm = n_tiles(M, bm), tn = n_tiles(N, bn);
+        return {tm, tn, M - (tm - 1) * bm <= bm / 2, N - (tn - 1) * bn <= bn / 2};
+    }
+    // Tile (m, n)'s work in full tiles: 1, 1/2 on a half edge, 1/4 in a half corner.
+    double work(int m, int n) const {
+        return (half_m && m == tiles_m - 1 ? 0.5 : 1.0) * (half_n && n == tiles_n - 1 ? 0.5 : 1.0);
+    }
+};
+
+// The work of the busiest CTA, in full tiles, when the units (each tile split `splits` ways) in the
+// tile order of group_m are dealt round robin to `grid` CTAs.
+inline double busiest_cta_work(const TileGrid& g, int splits, int grid, int group_m) {
+    std::vector<double> work(grid, 0.0);
+    const long units = (long)g.tiles_m * g.tiles_n * splits;
+    for (long u = 0; u < units; u++) {
+        const TileCoord c = tile_coord((int)(u / splits), g.tiles_m, g.tiles_n, group_m);
+        work[u % grid] += g.work(c.m, c.n);
+    }
+    return *std::max_element(work.begin(), work.end());
+}
+
+// The group size of the tile order: max_group M-tiles, or where the output has half tiles, the
+// largest size from max_group / 2 to max_group that leaves the busiest CTA the least work. 1.5B's
+// 16384 x 1600 outputs in 128 x 128 tiles on 132 SMs: 12 (12.5 tiles' work a CTA), not 16 (13: the
+// groups' half tiles fall on the same CTAs). Dealing all half tiles after the full ones balances
+// as well, but by then their A rows have left L2: on the H200, 16384 x 1600 x 6400 took 0.503 ms
+// that way against 0.489 with full-cost edge tiles (bench/NOTES_gemm_sm90.md, twelfth session).
+// Once per shape and process.
+inline int group_m_for(const TileGrid& g, int splits, int grid, int max_group) {
+    if (!g.half_m && !g.half_n) return max_group;
+    static std::mutex mutex;
+    static std::map<std::array<int, 7>, int> chosen;
+    const std::array<int, 7> key{g.tiles_m, g.tiles_n, g.half_m, g.half_n, splits, grid, max_group};
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = chosen.find(key); it != chosen.end()) return it->second;
+    int best = max_group;
+    double least = busiest_cta_work(g, splits, grid, max_group);
+    for (int group = max_group - 1; group >= max_group / 2; group--) {
+        const double w = busiest_cta_work(g, splits, grid, group);
+        if (w < least) best = group, least = w;
+    }
+    return chosen[key] = best;
+}
+
 template <class Cfg, bool A_MMAJOR, bool B_NMAJOR, class P>
 void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t stream) {
     using Smem = SmemLayout<Cfg, P>;
@@ -777,8 +813,6 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
     params.splits = splits;
     params.split_k_blocks = split_k_blocks(params.k_blocks, splits);
     params.prefetch_k_blocks = prefetch_k_blocks();
-    params.half_m = prob.M - (params.tiles_m - 1) * Cfg::BM <= Cfg::BM / 2;
-    params.half_n = prob.N - (params.tiles_n - 1) * Cfg::BN <= Cfg::BN / 2;
     const long tiles = (long)params.tiles_m * params.tiles_n;
     if (splits > 1) {
         const Workspace& w = workspace(stream, tiles, tiles * (splits - 1) * Cfg::BM * Cfg::BN / 4);
@@ -794,6 +828,7 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
     params.tma_b = B_NMAJOR ? tensor_map("B", prob.b.p, prob.N, prob.K, prob.b.layout.ld, 64)
                             : tensor_map("B", prob.b.p, prob.K, prob.N, prob.b.layout.ld, Cfg::BN);
     const int grid = (int)std::min<long>(tiles * splits, device_info().sms);
+    params.group_m = group_m_for(TileGrid::of(prob.M, prob.N, Cfg::BM, Cfg::BN), splits, grid, Cfg::GROUP_M);
     kernel<<<grid, kThreads, Smem::launch_bytes, stream>>>(params, program);
     CUDA_CHECK_LAUNCH(gemm_kernel);
 }
