@@ -13,10 +13,11 @@
 //     program on its accumulators.
 // Work units (tiles, or with split-K a tile's K splits) are dealt to CTAs round robin in a grouped
 // tile order (up to GROUP_M M-tiles side by side, M fastest), so the CTAs in flight share A rows
-// and B columns in L2. Edge tiles at most half inside the matrix (C = 1600 is 12.5 tiles of 128) run
-// half the wgmmas (n BN/2, or only a consumer's m64 blocks with rows in the matrix), and the group
-// size is chosen so that they even out the CTAs' work (group_m_for). A CTA's units, and so its ring
-// slots and trip counts, follow from blockIdx.x:
+// and B columns in L2. Where a group's operands fit in L2 (half_tiles_pay), edge tiles at most half
+// inside the matrix (C = 1600 is 12.5 tiles of 128) run half the wgmmas (n BN/2, or only a
+// consumer's m64 blocks with rows in the matrix), and the group size is chosen so that they even
+// out the CTAs' work (group_m_for). A CTA's units, and so its ring slots and trip counts, follow
+// from blockIdx.x:
 // values the compiler sees as uniform (a tile id read from memory would make the descriptors and
 // loop counts per-thread values; measured: every GEMM 15-25% slower).
 // Split-K (Params): where the output has too few tiles to fill the SMs evenly (the weight
@@ -164,6 +165,7 @@ struct Params {
     float4* partials;
     int prefetch_k_blocks;  // the epilogue's tile inputs are prefetched this many k-blocks before the end (0: not)
     int group_m;  // M-tiles a group of the tile order (tile_coord; group_m_for)
+    int half_tiles;  // 1: edge tiles at most half inside the matrix run half the wgmmas (half_tiles_pay)
 };
 
 // Grouped tile order: tile t -> (tm, tn) with group_m M-tiles per group, M fastest in a group.
@@ -545,10 +547,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                         for (int q = 0; q < 4; q++) ptx::fence_operand(acc[fm][fn][q]);
             };
             auto mainloop_cols = [&](auto fm_used) {
-                if (params.N - tc.n * Cfg::BN <= Cfg::BN / 2) mainloop(fm_used, std::true_type{});
+                if (params.half_tiles && params.N - tc.n * Cfg::BN <= Cfg::BN / 2) mainloop(fm_used, std::true_type{});
                 else mainloop(fm_used, std::false_type{});
             };
-            const int rows = params.M - tc.m * Cfg::BM - (int)a_row0;  // of this consumer's, in the matrix
+            // Of this consumer's rows, those in the matrix (without half tiles: all).
+            const int rows = params.half_tiles ? params.M - tc.m * Cfg::BM - (int)a_row0 : Cfg::WG_ROWS;
             if (Cfg::PINGPONG && i > 0) ptx::named_barrier_sync(kOrderBarrier + consumer, 256);
             if (rows > (Cfg::FM - 1) * 64) {
                 mainloop_cols(std::integral_constant<int, Cfg::FM>{});
@@ -595,6 +598,7 @@ inline int prefetch_k_blocks() {
 struct DeviceInfo {
     bool sm90a = false;
     int sms = 0;
+    long l2_bytes = 0;
 };
 // Per process, for the current device at first use (the trainer uses one device per process).
 inline const DeviceInfo& device_info() {
@@ -605,6 +609,9 @@ inline const DeviceInfo& device_info() {
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+        int l2 = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+        d.l2_bytes = l2;
         if (major == 9 && minor == 0) {
             int* flag = nullptr;
             int host = 0;
@@ -794,6 +801,16 @@ inline int group_m_for(const TileGrid& g, int splits, int grid, int max_group) {
     return chosen[key] = best;
 }
 
+// Half tiles (cheaper edge tiles) pay where one group's operands, the A rows of group_m M-tiles
+// and all of B, fit in L2. Where they do not, the CTAs in flight share A and B k-blocks in L2 only
+// while they run through K in step, and a half tile takes its CTA out of step: on the H200 both
+// 16384 x 1600 x 50304 (LM head dX) and 1600 x 6400 x 16384 (fc dW) ran 8% slower with them, while
+// 16384 x 1600 x 6400 (40 MB a group) ran 4% faster (bench/NOTES_gemm_sm90.md, twelfth session).
+inline bool half_tiles_pay(const GemmProblem& prob, int bm, int group_m, long l2_bytes) {
+    const long rows = std::min<long>(prob.M, (long)group_m * bm);
+    return (rows + prob.N) * (long)prob.K * 2 <= l2_bytes;
+}
+
 template <class Cfg, bool A_MMAJOR, bool B_NMAJOR, class P>
 void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t stream) {
     using Smem = SmemLayout<Cfg, P>;
@@ -828,7 +845,9 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
     params.tma_b = B_NMAJOR ? tensor_map("B", prob.b.p, prob.N, prob.K, prob.b.layout.ld, 64)
                             : tensor_map("B", prob.b.p, prob.K, prob.N, prob.b.layout.ld, Cfg::BN);
     const int grid = (int)std::min<long>(tiles * splits, device_info().sms);
-    params.group_m = group_m_for(TileGrid::of(prob.M, prob.N, Cfg::BM, Cfg::BN), splits, grid, Cfg::GROUP_M);
+    params.half_tiles = half_tiles_pay(prob, Cfg::BM, Cfg::GROUP_M, device_info().l2_bytes);
+    params.group_m = params.half_tiles ? group_m_for(TileGrid::of(prob.M, prob.N, Cfg::BM, Cfg::BN), splits, grid, Cfg::GROUP_M)
+                                       : Cfg::GROUP_M;
     kernel<<<grid, kThreads, Smem::launch_bytes, stream>>>(params, program);
     CUDA_CHECK_LAUNCH(gemm_kernel);
 }

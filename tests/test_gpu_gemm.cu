@@ -479,6 +479,19 @@ TEST(GpuGemm, TileOrderSpreadsHalfTiles) {
     }
 }
 
+// Half tiles only where a group's operands (16 M-tiles of A rows, all of B) fit in L2: on an
+// H200 (60 MiB), 1.5B's forward and dX GEMMs with K up to 6400, not the LM head's dX (K = 50304)
+// or the weight gradients (K = 16384 tokens).
+TEST(GpuGemm, HalfTilesOnlyWhereAGroupFitsInL2) {
+    const long l2 = 60l << 20;
+    auto pays = [&](int M, int N, int K) { return sm90::detail::half_tiles_pay(GemmProblem{M, N, K, {}, {}}, 128, 16, l2); };
+    EXPECT_TRUE(pays(16384, 1600, 6400));
+    EXPECT_TRUE(pays(16384, 4800, 1600));
+    EXPECT_FALSE(pays(16384, 1600, 50304));
+    EXPECT_FALSE(pays(1600, 6400, 16384));
+    EXPECT_TRUE(pays(264, 1600, 1600));
+}
+
 TEST(GpuGemm, RefusesAGemmForAPassProgram) {
     alignas(16) static bf16 buf[64];
     const std::string error = test::error_of([&] { gemm(QkvGradient<>{}, {8, 8, 8, {buf, {8}}, {buf, {8}}}, 0); });
