@@ -13,10 +13,11 @@
 //     program on its accumulators.
 // Work units (tiles, or with split-K a tile's K splits) are dealt to CTAs round robin in a grouped
 // tile order (up to GROUP_M M-tiles side by side, M fastest), so the CTAs in flight share A rows
-// and B columns in L2. Where a group's operands fit in L2 (half_tiles_pay), the tiles of a last
-// column at most half inside the matrix (C = 1600 is 12.5 tiles of 128) run wgmmas of n BN/2, and
-// the group size is chosen so that these half tiles even out the CTAs' work (group_m_for). A CTA's
-// units, and so its ring slots and trip counts, follow from blockIdx.x:
+// and B columns in L2. Where a group's operands fit in L2 (half_tiles_pay), edge tiles at most half
+// inside the matrix (C = 1600 is 12.5 tiles of 128) run half the wgmmas (n BN/2, or only a
+// consumer's m64 blocks with rows in the matrix), and the group size is chosen so that they even
+// out the CTAs' work (group_m_for). A CTA's units, and so its ring slots and trip counts, follow
+// from blockIdx.x:
 // values the compiler sees as uniform (a tile id read from memory would make the descriptors and
 // loop counts per-thread values; measured: every GEMM 15-25% slower).
 // Split-K (Params): where the output has too few tiles to fill the SMs evenly (the weight
@@ -164,7 +165,7 @@ struct Params {
     float4* partials;
     int prefetch_k_blocks;  // the epilogue's tile inputs are prefetched this many k-blocks before the end (0: not)
     int group_m;  // M-tiles a group of the tile order (tile_coord; group_m_for)
-    int half_tiles;  // 1: a last tile column at most BN/2 wide runs wgmmas of n BN/2 (half_tiles_pay)
+    int half_tiles;  // 1: edge tiles at most half inside the matrix run half the wgmmas (half_tiles_pay)
 };
 
 // Grouped tile order: tile t -> (tm, tn) with group_m M-tiles per group, M fastest in a group.
@@ -500,11 +501,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             const bool epilogue = params.splits == 1 || split == params.splits - 1;
             const int prefetch_kb =
                 epilogue && params.prefetch_k_blocks > 0 ? max(0, k_blocks - params.prefetch_k_blocks) : -1;
-            // The k-loop, with wgmmas of n BN/2 where the tile's columns in the matrix fit in half
-            // (narrow): the wgmmas left out would only multiply the copy engine's zeros; their
-            // accumulators stay 0.
-            auto mainloop = [&](auto narrow) {
-                constexpr int kN = decltype(narrow)::value ? Cfg::BN / 2 : Cfg::BN;
+            // The k-loop on kFmUsed of the consumer's m64 blocks (those with rows in the matrix),
+            // with wgmmas of n BN/2 where the tile's columns in the matrix fit in half (narrow): the
+            // wgmmas left out would only multiply the copy engine's zeros; their accumulators stay 0.
+            auto mainloop = [&](auto fm_used, auto narrow) {
+                constexpr int kFmUsed = decltype(fm_used)::value, kN = decltype(narrow)::value ? Cfg::BN / 2 : Cfg::BN;
                 using Mma = ptx::Wgmma<kN, A_MMAJOR ? 1 : 0, B_NMAJOR ? 1 : 0>;
                 for (int kb = 0; kb < k_blocks; kb++) {
                     ptx::mbar_wait(full_bar + 8 * stage, phase);
@@ -514,7 +515,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     for (int kk = 0; kk < Cfg::BK / 16; kk++) {
                         const uint64_t b_desc = ptx::desc(b_lo + kk * kBStep / 16);
 #pragma unroll
-                        for (int fm = 0; fm < Cfg::FM; fm++) {
+                        for (int fm = 0; fm < kFmUsed; fm++) {
                             const uint64_t a_desc = ptx::desc(a_lo + (fm * kAFmStride + kk * kAStep) / 16);
                             Mma::run(reinterpret_cast<float(&)[kN / 2]>(acc[fm]), a_desc, b_desc, kb > 0 || kk > 0);
                         }
@@ -545,9 +546,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                         for (int q = 0; q < 4; q++) ptx::fence_operand(acc[fm][fn][q]);
             };
+            auto mainloop_cols = [&](auto fm_used) {
+                if (params.half_tiles && params.N - tc.n * Cfg::BN <= Cfg::BN / 2) mainloop(fm_used, std::true_type{});
+                else mainloop(fm_used, std::false_type{});
+            };
+            // Of this consumer's rows, those in the matrix (without half tiles: all).
+            const int rows = params.half_tiles ? params.M - tc.m * Cfg::BM - (int)a_row0 : Cfg::WG_ROWS;
             if (Cfg::PINGPONG && i > 0) ptx::named_barrier_sync(kOrderBarrier + consumer, 256);
-            if (params.half_tiles && params.N - tc.n * Cfg::BN <= Cfg::BN / 2) mainloop(std::true_type{});
-            else mainloop(std::false_type{});
+            if (rows > (Cfg::FM - 1) * 64) {
+                mainloop_cols(std::integral_constant<int, Cfg::FM>{});
+            } else if (rows <= 0) {  // a cooperative tile's second consumer, below the matrix
+                if constexpr (!Cfg::PINGPONG) mainloop_cols(std::integral_constant<int, 0>{});
+            } else {
+                if constexpr (Cfg::FM == 2) mainloop_cols(std::integral_constant<int, 1>{});
+            }
 
             slot += k_blocks + (Cfg::PINGPONG ? unit_k_blocks(u + gridDim.x) : 0);  // ping-pong: and the other's next
 
@@ -739,19 +751,19 @@ inline Plan choose_plan(const GemmProblem& prob, int sms) {
     return best;
 }
 
-// An output's tiles, and whether its last tile column is a half tile (at most BN/2 columns in the
-// matrix: the mainloop runs wgmmas of n BN/2 there). A half last tile row runs whole wgmmas: in
-// GPT-2 training those are the weight gradients' (M = C = 1600), whose K (the tokens) is too long
-// for half tiles to pay (half_tiles_pay).
+// An output's tiles, and whether its last tile row / column is a half tile (at most BM/2 rows /
+// BN/2 columns in the matrix: the mainloop runs half the wgmmas there).
 struct TileGrid {
     int tiles_m, tiles_n;
-    bool half_n;
+    bool half_m, half_n;
     static TileGrid of(int M, int N, int bm, int bn) {
-        const int tn = n_tiles(N, bn);
-        return {n_tiles(M, bm), tn, N - (tn - 1) * bn <= bn / 2};
+        const int tm = n_tiles(M, bm), tn = n_tiles(N, bn);
+        return {tm, tn, M - (tm - 1) * bm <= bm / 2, N - (tn - 1) * bn <= bn / 2};
     }
-    // Tile (m, n)'s work in full tiles: 1, or 1/2 in a half last column.
-    double work(int /*m*/, int n) const { return half_n && n == tiles_n - 1 ? 0.5 : 1.0; }
+    // Tile (m, n)'s work in full tiles: 1, 1/2 on a half edge, 1/4 in a half corner.
+    double work(int m, int n) const {
+        return (half_m && m == tiles_m - 1 ? 0.5 : 1.0) * (half_n && n == tiles_n - 1 ? 0.5 : 1.0);
+    }
 };
 
 // The work of the busiest CTA, in full tiles, when the units (each tile split `splits` ways) in the
@@ -774,10 +786,10 @@ inline double busiest_cta_work(const TileGrid& g, int splits, int grid, int grou
 // that way against 0.489 with full-cost edge tiles (bench/NOTES_gemm_sm90.md, twelfth session).
 // Once per shape and process.
 inline int group_m_for(const TileGrid& g, int splits, int grid, int max_group) {
-    if (!g.half_n) return max_group;
+    if (!g.half_m && !g.half_n) return max_group;
     static std::mutex mutex;
-    static std::map<std::array<int, 5>, int> chosen;
-    const std::array<int, 5> key{g.tiles_m, g.tiles_n, splits, grid, max_group};
+    static std::map<std::array<int, 7>, int> chosen;
+    const std::array<int, 7> key{g.tiles_m, g.tiles_n, g.half_m, g.half_n, splits, grid, max_group};
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = chosen.find(key); it != chosen.end()) return it->second;
     int best = max_group;
