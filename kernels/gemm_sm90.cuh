@@ -805,7 +805,7 @@ inline int group_m_for(const TileGrid& g, int splits, int grid, int max_group) {
 // and all of B, fit in L2. Where they do not, the CTAs in flight share A and B k-blocks in L2 only
 // while they run through K in step, and a half tile takes its CTA out of step: on the H200 both
 // 16384 x 1600 x 50304 (LM head dX) and 1600 x 6400 x 16384 (fc dW) ran 8% slower with them, while
-// the 1.5B forward and dX shapes with K <= 6400 (a group's operands 15-47 MB) gained 0.5-1.6%
+// the 1.5B forward and dX shapes with K <= 6400 (a group's operands 15-47 MB) gained 0.5-4%
 // (bench/NOTES_gemm_sm90.md, twelfth session).
 inline bool half_tiles_pay(const GemmProblem& prob, int bm, int group_m, long l2_bytes) {
     const long rows = std::min<long>(prob.M, (long)group_m * bm);
