@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include "coda_programs.cuh"
+#include "gemm_epilogue.cuh"  // detail::shfl_xor, detail::pick
 
 namespace codagpt {
 
@@ -9,9 +10,29 @@ namespace {
 
 constexpr int kFoldCols = 32, kFoldSplit = 8;  // a fold block: 32 columns (or 8), 8 slices of k
 constexpr int kThreads = 256;
-// Finalize kernels with a thread a row: a few dozen partials each, latency-bound; 128-thread
-// blocks spread M = 16384 rows over 128 SMs instead of 64.
+// Row finalize kernels: a warp a row (a row of the LM head has 393 partials: with a thread a row
+// the loss took 0.21-0.24 ms), 4 rows a block.
 constexpr int kRowThreads = 128;
+
+// Row i's partials, merged by the calling warp in coda::merge_row's order; every lane returns the
+// state. Rows are whole warps: a warp past the last row returns before calling this.
+template <class R>
+__device__ R warp_merge_row(const float* partials, int i, int n_tiles) {
+    static_assert(coda::kRowLanes == 32, "a lane of the row merge per lane of a warp");
+    const int lane = threadIdx.x % 32;
+    R mine = coda::merge_row_lane<R>(partials, i, lane, n_tiles);
+    for (int m = coda::kRowLanes / 2; m >= 1; m /= 2) {
+        const R other = coda::detail::shfl_xor(mine, m);
+        const bool upper = lane & m;
+        mine = coda::combine_lanes(coda::detail::pick(upper, other, mine), coda::detail::pick(upper, mine, other));
+    }
+    return mine;
+}
+// The row this warp finalizes (a block's warps take consecutive rows), -1 past the last.
+__device__ int warp_row(int rows) {
+    const int i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    return i < rows ? i : -1;
+}
 
 // Row-major W [K, N]: thread (tx, ty) sums column j = 32 * blockIdx.x + tx over k = ty, ty + 8, ...
 // (a warp reads 32 consecutive floats per k); the 8 slices are added in slice order.
@@ -76,20 +97,18 @@ __global__ void widen_kernel(float* dst, const bf16* src, long n) {
 }
 
 __global__ void finalize_row_stats_kernel(float* mu, float* rstd, const float* partials, int M, int n_tiles) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= M) return;
-    const coda::RowStats s = coda::finalize_row_stats(partials, i, n_tiles);
-    mu[i] = s.mu;
-    rstd[i] = s.rstd;
+    const int i = warp_row(M);
+    if (i < 0) return;
+    const coda::RowStats s = coda::row_stats_of(warp_merge_row<coda::Welford>(partials, i, n_tiles));
+    if (threadIdx.x % 32 == 0) mu[i] = s.mu, rstd[i] = s.rstd;
 }
 
 __global__ void finalize_loss_kernel(float* lse, float* loss, const float* partials, const float* target_logit, int M,
                                   int n_tiles) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= M) return;
-    const coda::TokenLoss t = coda::finalize_loss(partials, i, n_tiles, target_logit[i]);
-    lse[i] = t.lse;
-    loss[i] = t.loss;
+    const int i = warp_row(M);
+    if (i < 0) return;
+    const coda::TokenLoss t = coda::token_loss_of(warp_merge_row<coda::MaxSumExp>(partials, i, n_tiles), target_logit[i]);
+    if (threadIdx.x % 32 == 0) lse[i] = t.lse, loss[i] = t.loss;
 }
 
 // Column sums of partials [n_tiles, N] for the block's kColsPerBlock columns from j0, in
@@ -110,16 +129,17 @@ __device__ void block_col_sums(const float* const (&partials)[kArrays], int j0, 
         sum[a] = g == 0 ? coda::combine_col_groups<coda::Sum>([&](int h) { return groups[a][h][c]; }).s : 0.f;
 }
 
-// Blocks 0 .. row_blocks-1 take the rows (a thread each), the others kColsPerBlock columns each.
+// Blocks 0 .. row_blocks-1 take the rows (a warp each), the others kColsPerBlock columns each.
 __global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, float* v, float* bias_grad,
                                      const float* m1_partials, const float* m2_partials, const float* db_partials,
                                      const float* v_partials, int M, int N, int K, int tiles_n, int tiles_m,
                                      int row_blocks) {
     if ((int)blockIdx.x < row_blocks) {
-        const int i = blockIdx.x * blockDim.x + threadIdx.x;
-        if (i >= M) return;
-        m1[i] = coda::finalize_row_sum(m1_partials, i, tiles_n, 1.f / K);
-        m2[i] = coda::finalize_row_sum(m2_partials, i, tiles_n, 1.f / K);
+        const int i = warp_row(M);
+        if (i < 0) return;
+        const float s1 = warp_merge_row<coda::Sum>(m1_partials, i, tiles_n).s;
+        const float s2 = warp_merge_row<coda::Sum>(m2_partials, i, tiles_n).s;
+        if (threadIdx.x % 32 == 0) m1[i] = (1.f / K) * s1, m2[i] = (1.f / K) * s2;  // finalize_row_sum's
         return;
     }
     const int j0 = (blockIdx.x - row_blocks) * kColsPerBlock, j = j0 + threadIdx.x;
@@ -133,10 +153,11 @@ __global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, f
 
 __global__ void finalize_ln_grads_kernel(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
                                 int K, int n_tiles) {
-    const int k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= K) return;
-    dgamma[k] += coda::finalize_row_sum(dgamma_partials, k, n_tiles);
-    dbeta[k] += coda::finalize_row_sum(dbeta_partials, k, n_tiles);
+    const int k = warp_row(K);
+    if (k < 0) return;
+    const float g = warp_merge_row<coda::Sum>(dgamma_partials, k, n_tiles).s;
+    const float b = warp_merge_row<coda::Sum>(dbeta_partials, k, n_tiles).s;
+    if (threadIdx.x % 32 == 0) dgamma[k] += g, dbeta[k] += b;
 }
 
 __global__ void finalize_bias_grad_kernel(float* bias_grad, const float* partials, int N, int n_tiles) {
@@ -181,7 +202,7 @@ void coda_token_loss(float* lse, float* loss, const float* partials, const float
 void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* v, float* bias_grad, const float* m1_partials,
                                  const float* m2_partials, const float* db_partials, const float* v_partials, int M,
                                  int N, int K, int tiles_n, int tiles_m, cudaStream_t stream) {
-    const int row_blocks = ceil_div(M, kThreads);
+    const int row_blocks = ceil_div(M, kThreads / 32);
     finalize_fold_gradient_kernel<<<row_blocks + ceil_div(N, kColsPerBlock), kThreads, 0, stream>>>(
         m1, m2, db, v, bias_grad, m1_partials, m2_partials, db_partials, v_partials, M, N, K, tiles_n, tiles_m,
         row_blocks);

@@ -283,24 +283,29 @@ struct PlainAccumulate : NoRowPartials, NoColPartials {
     CODA_HD void element(const E& e, Row&, Col&) const { dw.add(e, e.acc); }
 };
 
-// ================================================================ finalize (one thread per row or column)
+// ================================================================ finalize
+// Each takes a row's merged state; the host merges with merge_row, the GPU's finalize kernels
+// with a warp a row in the same order (coda_kernels.cu).
 
-// LayerNorm statistics of row i from ResidualForward's Welford partials (Chan merge, tile order).
+// LayerNorm statistics of a row from ResidualForward's Welford partials.
 struct RowStats {
     float mu, rstd;
 };
+CODA_HD inline RowStats row_stats_of(const Welford& w) { return {w.mean, 1.f / sqrtf(w.m2 / w.n + kLnEps)}; }
 CODA_HD inline RowStats finalize_row_stats(const float* partials, int i, int n_tiles) {
-    const Welford w = merge_row<Welford>(partials, i, n_tiles);
-    return {w.mean, 1.f / sqrtf(w.m2 / w.n + kLnEps)};
+    return row_stats_of(merge_row<Welford>(partials, i, n_tiles));
 }
 
-// Cross-entropy of row i from LmHeadForward's partials: lse = log sum_j exp(z_ij), loss = lse - z_target.
+// Cross-entropy of a row from LmHeadForward's partials: lse = log sum_j exp(z_ij), loss = lse - z_target.
 struct TokenLoss {
     float lse, loss;
 };
-CODA_HD inline TokenLoss finalize_loss(const float* partials, int i, int n_tiles, float target_logit) {
-    const float lse = merge_row<MaxSumExp>(partials, i, n_tiles).lse();
+CODA_HD inline TokenLoss token_loss_of(const MaxSumExp& z, float target_logit) {
+    const float lse = z.lse();
     return {lse, lse - target_logit};
+}
+CODA_HD inline TokenLoss finalize_loss(const float* partials, int i, int n_tiles, float target_logit) {
+    return token_loss_of(merge_row<MaxSumExp>(partials, i, n_tiles), target_logit);
 }
 
 // scale * (sum over N-tiles of row i): m1, m2 with scale 1/K; dgamma, dbeta with scale 1.

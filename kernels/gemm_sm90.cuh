@@ -403,9 +403,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     using Smem = SmemLayout<Cfg, P>;
     extern __shared__ uint8_t smem_raw[];
     // 128-byte swizzle atoms must start at 1024-byte boundaries (the swizzle is a function of the address).
-    uint8_t* smem = (uint8_t*)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    const uint32_t smem_a = ptx::smem_addr(smem + Smem::a), smem_b = ptx::smem_addr(smem + Smem::b);
-    const uint32_t full_bar = ptx::smem_addr(smem + Smem::bars), empty_bar = full_bar + 8 * Smem::kStages;
+    // Aligned as a shared address (a generic one would be converted again in every k-block).
+    const uint32_t smem_base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+    uint8_t* smem = smem_raw + (smem_base - ptx::smem_addr(smem_raw));
+    const uint32_t smem_a = smem_base + Smem::a, smem_b = smem_base + Smem::b;
+    const uint32_t full_bar = smem_base + Smem::bars, empty_bar = full_bar + 8 * Smem::kStages;
 
     const int units = params.tiles_m * params.tiles_n * params.splits;
     auto unit_k_blocks = [&](int u) {
@@ -421,7 +423,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
 
-    const int warpgroup = threadIdx.x / 128;
+    // Broadcast from lane 0, so that the compiler knows it is the same in every lane of a warp:
+    // then so are the consumer's ring slots, phases and wgmma descriptors derived from it, which
+    // it keeps in uniform registers instead of per-thread ones copied into uniform ones for each wgmma.
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     if (warpgroup == 0) {
         // ------------------------------------------------ producer
         ptx::setmaxnreg_dec<kProducerRegs>();
@@ -460,7 +465,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // ------------------------------------------------ consumers
         ptx::setmaxnreg_inc<kConsumerRegs>();
         const int consumer = warpgroup - 1;  // which half of the tile's rows, or (ping-pong) which tiles
-        const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x / 32 % 4, 0), lane = threadIdx.x % 32;
         // acc[fm][fn][4]: wgmma's m64nN accumulator, fragment (fm, fn) of this warp at rows
         // warp_row0 + fm*64 + {g, g+8}, columns fn*8 + 2t + {0, 1} (lane = 4g + t).
         float acc[Cfg::FM][Cfg::FN][4];

@@ -19,6 +19,8 @@
 #include <string>
 
 #include "backend.hpp"
+#include "coda_kernels.cuh"
+#include "coda_programs.cuh"
 #include "gpu_test_util.hpp"
 #include "kernel_trace.hpp"
 #include "model_coda_gpu.hpp"
@@ -147,6 +149,60 @@ TEST(CodaGPU, TinyMatchesUnfusedAndCPUReference) {
 TEST(CodaGPU, TwoLayers124MWidthsMatchUnfusedAndCPUReference) {
     REQUIRE_GPU();
     check_against_cpu_and_unfused({"2 layers, C=768, 12 heads, T=1024", ModelConfig{2, 12, 768, 1024, 50257}, 1, 1024});
+}
+
+// The row finalize kernels (a warp a row) merge a row's partials in the host's order
+// (coda::merge_row, which the CPU emulator uses): the same bits for the Welford statistics and the
+// sums; the loss within expf's rounding (the GPU's expf and the host's may differ in the last bit).
+// Rows: 37, not a whole number of blocks; partials a row: 1 to 393 (the LM head's), with empty
+// ones (an LM head partial with no column of the vocabulary, a Welford partial of no element).
+TEST(CodaFinalize, RowKernelsMergeInTheHostOrder) {
+    REQUIRE_GPU();
+    constexpr int M = 37, K = 4800;
+    Rng rng(41);
+    for (int n_tiles : {1, 13, 50, 393}) {
+        SCOPED_TRACE("n_tiles " + std::to_string(n_tiles));
+        const size_t n = (size_t)M * n_tiles;
+        std::vector<float> welford(3 * n), lse(2 * n), sums(n), target(M);
+        for (size_t t = 0; t < n; t++) {
+            const bool empty = t % 11 == 5;
+            const float count = empty ? 0.f : (float)(1 + rng.next_u64() % 128);
+            welford[3 * t] = count;
+            welford[3 * t + 1] = empty ? 0.f : 20.f + (float)rng.normal();
+            welford[3 * t + 2] = count * (float)(0.5 + rng.uniform());
+            lse[2 * t] = empty ? -INFINITY : 5.f * (float)rng.normal();
+            lse[2 * t + 1] = empty ? 0.f : 1.f + 127.f * (float)rng.uniform();
+            sums[t] = (float)rng.normal();
+        }
+        for (float& x : target) x = (float)rng.normal();
+        DeviceBuffer<float> d_welford(welford.size()), d_lse(lse.size()), d_sums(n), d_target(M);
+        d_welford.upload(welford), d_lse.upload(lse), d_sums.upload(sums), d_target.upload(target);
+        DeviceBuffer<float> mu(M), rstd(M), lse_out(M), loss(M), m1(M), m2(M), dgamma(M), dbeta(M);
+        for (auto* b : {&mu, &rstd, &lse_out, &loss, &m1, &m2}) b->poison();
+        const std::vector<float> ones(M, 1.f);
+        dgamma.upload(ones), dbeta.upload(ones);
+        coda_row_stats(mu, rstd, d_welford, M, n_tiles, 0);
+        coda_token_loss(lse_out, loss, d_lse, d_target, M, n_tiles, 0);
+        coda_fold_gradient_finalize(m1, m2, nullptr, nullptr, nullptr, d_sums, d_sums, nullptr, nullptr, M, 0, K,
+                                    n_tiles, 0, 0);
+        coda_accumulate_ln_grads(dgamma, dbeta, d_sums, d_sums, M, n_tiles, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto h_mu = mu.download(), h_rstd = rstd.download(), h_lse = lse_out.download(), h_loss = loss.download();
+        const auto h_m1 = m1.download(), h_m2 = m2.download(), h_dgamma = dgamma.download(), h_dbeta = dbeta.download();
+        for (int i = 0; i < M; i++) {
+            const coda::RowStats rs = coda::finalize_row_stats(welford.data(), i, n_tiles);
+            EXPECT_EQ(h_mu[i], rs.mu) << "row " << i;
+            EXPECT_EQ(h_rstd[i], rs.rstd) << "row " << i;
+            const coda::TokenLoss tl = coda::finalize_loss(lse.data(), i, n_tiles, target[i]);
+            EXPECT_NEAR(h_lse[i], tl.lse, 1e-6 * std::fabs(tl.lse)) << "row " << i;
+            EXPECT_NEAR(h_loss[i], tl.loss, 1e-6 * std::fabs(tl.lse)) << "row " << i;
+            const float sum = coda::finalize_row_sum(sums.data(), i, n_tiles);
+            EXPECT_EQ(h_m1[i], coda::finalize_row_sum(sums.data(), i, n_tiles, 1.f / K)) << "row " << i;
+            EXPECT_EQ(h_m2[i], h_m1[i]) << "row " << i;
+            EXPECT_EQ(h_dgamma[i], 1.f + sum) << "row " << i;
+            EXPECT_EQ(h_dbeta[i], 1.f + sum) << "row " << i;
+        }
+    }
 }
 
 TEST(KernelTrace, FunctionNames) {
