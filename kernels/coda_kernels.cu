@@ -12,7 +12,7 @@ constexpr int kFoldCols = 32, kFoldSplit = 8;  // a fold block: 32 columns (or 8
 constexpr int kThreads = 256;
 // Row finalize kernels: a warp a row (a row of the LM head has 393 partials: with a thread a row
 // the loss took 0.21-0.24 ms), 4 rows a block.
-constexpr int kRowThreads = 128;
+constexpr int kRowThreads = 128, kRowsPerBlock = kRowThreads / 32;
 
 // Row i's partials, merged by the calling warp in coda::merge_row's order; every lane returns the
 // state. Rows are whole warps: a warp past the last row returns before calling this.
@@ -189,13 +189,13 @@ void coda_widen(float* dst, const bf16* src, long n, cudaStream_t stream) {
 }
 
 void coda_row_stats(float* mu, float* rstd, const float* partials, int M, int n_tiles, cudaStream_t stream) {
-    finalize_row_stats_kernel<<<ceil_div(M, kRowThreads), kRowThreads, 0, stream>>>(mu, rstd, partials, M, n_tiles);
+    finalize_row_stats_kernel<<<ceil_div(M, kRowsPerBlock), kRowThreads, 0, stream>>>(mu, rstd, partials, M, n_tiles);
     CUDA_CHECK_LAUNCH(finalize_row_stats_kernel);
 }
 
 void coda_token_loss(float* lse, float* loss, const float* partials, const float* target_logit, int M, int n_tiles,
                      cudaStream_t stream) {
-    finalize_loss_kernel<<<ceil_div(M, kRowThreads), kRowThreads, 0, stream>>>(lse, loss, partials, target_logit, M, n_tiles);
+    finalize_loss_kernel<<<ceil_div(M, kRowsPerBlock), kRowThreads, 0, stream>>>(lse, loss, partials, target_logit, M, n_tiles);
     CUDA_CHECK_LAUNCH(finalize_loss_kernel);
 }
 
@@ -211,7 +211,7 @@ void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* v, floa
 
 void coda_accumulate_ln_grads(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
                               int K, int n_tiles, cudaStream_t stream) {
-    finalize_ln_grads_kernel<<<ceil_div(K, kRowThreads), kRowThreads, 0, stream>>>(dgamma, dbeta, dgamma_partials, dbeta_partials, K,
+    finalize_ln_grads_kernel<<<ceil_div(K, kRowsPerBlock), kRowThreads, 0, stream>>>(dgamma, dbeta, dgamma_partials, dbeta_partials, K,
                                                                      n_tiles);
     CUDA_CHECK_LAUNCH(finalize_ln_grads_kernel);
 }
