@@ -152,10 +152,11 @@ TEST(CodaGPU, TwoLayers124MWidthsMatchUnfusedAndCPUReference) {
 }
 
 // The row finalize kernels (a warp a row) merge a row's partials in the host's order
-// (coda::merge_row, which the CPU emulator uses): the same bits for the Welford statistics and the
-// sums; the loss within expf's rounding (the GPU's expf and the host's may differ in the last bit).
-// Rows: 37, not a whole number of blocks; partials a row: 1 to 393 (the LM head's), with empty
-// ones (an LM head partial with no column of the vocabulary, a Welford partial of no element).
+// (coda::merge_row, which the CPU emulator uses): the same bits for the sums (another order would
+// round differently); the Welford statistics and the loss within a few float roundings (the GPU
+// contracts Chan's multiply-adds into FMAs, and its expf may differ from the host's in the last
+// bit). Rows: 37, not a whole number of blocks; partials a row: 1 to 393 (the LM head's), with
+// empty ones after the first (an LM head partial without a column of the vocabulary).
 TEST(CodaFinalize, RowKernelsMergeInTheHostOrder) {
     REQUIRE_GPU();
     constexpr int M = 37, K = 4800;
@@ -165,7 +166,7 @@ TEST(CodaFinalize, RowKernelsMergeInTheHostOrder) {
         const size_t n = (size_t)M * n_tiles;
         std::vector<float> welford(3 * n), lse(2 * n), sums(n), target(M);
         for (size_t t = 0; t < n; t++) {
-            const bool empty = t % 11 == 5;
+            const bool empty = t % n_tiles % 11 == 5;
             const float count = empty ? 0.f : (float)(1 + rng.next_u64() % 128);
             welford[3 * t] = count;
             welford[3 * t + 1] = empty ? 0.f : 20.f + (float)rng.normal();
@@ -191,8 +192,8 @@ TEST(CodaFinalize, RowKernelsMergeInTheHostOrder) {
         const auto h_m1 = m1.download(), h_m2 = m2.download(), h_dgamma = dgamma.download(), h_dbeta = dbeta.download();
         for (int i = 0; i < M; i++) {
             const coda::RowStats rs = coda::finalize_row_stats(welford.data(), i, n_tiles);
-            EXPECT_EQ(h_mu[i], rs.mu) << "row " << i;
-            EXPECT_EQ(h_rstd[i], rs.rstd) << "row " << i;
+            EXPECT_NEAR(h_mu[i], rs.mu, 1e-6 * std::fabs(rs.mu)) << "row " << i;
+            EXPECT_NEAR(h_rstd[i], rs.rstd, 1e-6 * rs.rstd) << "row " << i;
             const coda::TokenLoss tl = coda::finalize_loss(lse.data(), i, n_tiles, target[i]);
             EXPECT_NEAR(h_lse[i], tl.lse, 1e-6 * std::fabs(tl.lse)) << "row " << i;
             EXPECT_NEAR(h_loss[i], tl.loss, 1e-6 * std::fabs(tl.lse)) << "row " << i;
