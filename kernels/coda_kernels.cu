@@ -10,29 +10,39 @@ namespace {
 
 constexpr int kFoldCols = 32, kFoldSplit = 8;  // a fold block: 32 columns (or 8), 8 slices of k
 constexpr int kThreads = 256;
-// Row finalize kernels: a warp a row (a row of the LM head has 393 partials: with a thread a row
-// the loss took 0.21-0.24 ms), 4 rows a block.
-constexpr int kRowThreads = 128, kRowsPerBlock = kRowThreads / 32;
+// Row finalize kernels: a group of `lanes` threads a row (a warp where a row has more than 16
+// partials: the LM head's rows have 393, which with a thread a row took the loss 0.21-0.24 ms;
+// fewer lanes where it has fewer: 8 for 350M's residual rows), kRowThreads threads a block.
+constexpr int kRowThreads = 128;
+int row_lanes(int n_tiles) {
+    int lanes = 1;
+    while (lanes < n_tiles && lanes < coda::kRowLanes) lanes *= 2;
+    return lanes;
+}
 
-// Row i's partials, merged by the calling warp in coda::merge_row's order; every lane returns the
-// state. Rows are whole warps: a warp past the last row returns before calling this.
+// Row i's partials (i = -1: none), merged by `lanes` consecutive threads of a warp (a power of two,
+// at least the partials a row unless 32) in coda::merge_row's order; every lane of the group
+// returns the state. With fewer than 32 lanes the merge's lanes from `lanes` on have no partial,
+// and combining an empty state changes nothing: the same state as merge_row's.
 template <class R>
-__device__ R warp_merge_row(const float* partials, int i, int n_tiles) {
+__device__ R merge_row_group(const float* partials, int i, int n_tiles, int lanes) {
     static_assert(coda::kRowLanes == 32, "a lane of the row merge per lane of a warp");
-    const int lane = threadIdx.x % 32;
-    R mine = coda::merge_row_lane<R>(partials, i, lane, n_tiles);
-    for (int m = coda::kRowLanes / 2; m >= 1; m /= 2) {
+    const int lane = threadIdx.x % lanes;
+    R mine = i >= 0 ? coda::merge_row_lane<R>(partials, i, lane, n_tiles) : R{};
+    for (int m = lanes / 2; m >= 1; m /= 2) {
         const R other = coda::detail::shfl_xor(mine, m);
         const bool upper = lane & m;
         mine = coda::combine_lanes(coda::detail::pick(upper, other, mine), coda::detail::pick(upper, mine, other));
     }
     return mine;
 }
-// The row this warp finalizes (a block's warps take consecutive rows), -1 past the last.
-__device__ int warp_row(int rows) {
-    const int i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+// The row of this thread's group (a block's groups take consecutive rows; blocks from
+// first_block on), -1 past the last; the group's first thread writes the results.
+__device__ int group_row(int rows, int lanes, int first_block = 0) {
+    const int i = (blockIdx.x - first_block) * (blockDim.x / lanes) + threadIdx.x / lanes;
     return i < rows ? i : -1;
 }
+__device__ bool group_writes(int i, int lanes) { return i >= 0 && threadIdx.x % lanes == 0; }
 
 // Row-major W [K, N]: thread (tx, ty) sums column j = 32 * blockIdx.x + tx over k = ty, ty + 8, ...
 // (a warp reads 32 consecutive floats per k); the 8 slices are added in slice order.
@@ -96,19 +106,19 @@ __global__ void widen_kernel(float* dst, const bf16* src, long n) {
         dst[i] = __bfloat162float(src[i]);
 }
 
-__global__ void finalize_row_stats_kernel(float* mu, float* rstd, const float* partials, int M, int n_tiles) {
-    const int i = warp_row(M);
-    if (i < 0) return;
-    const coda::RowStats s = coda::row_stats_of(warp_merge_row<coda::Welford>(partials, i, n_tiles));
-    if (threadIdx.x % 32 == 0) mu[i] = s.mu, rstd[i] = s.rstd;
+__global__ void finalize_row_stats_kernel(float* mu, float* rstd, const float* partials, int M, int n_tiles, int lanes) {
+    const int i = group_row(M, lanes);
+    const coda::RowStats s = coda::row_stats_of(merge_row_group<coda::Welford>(partials, i, n_tiles, lanes));
+    if (group_writes(i, lanes)) mu[i] = s.mu, rstd[i] = s.rstd;
 }
 
 __global__ void finalize_loss_kernel(float* lse, float* loss, const float* partials, const float* target_logit, int M,
-                                  int n_tiles) {
-    const int i = warp_row(M);
-    if (i < 0) return;
-    const coda::TokenLoss t = coda::token_loss_of(warp_merge_row<coda::MaxSumExp>(partials, i, n_tiles), target_logit[i]);
-    if (threadIdx.x % 32 == 0) lse[i] = t.lse, loss[i] = t.loss;
+                                  int n_tiles, int lanes) {
+    const int i = group_row(M, lanes);
+    const coda::MaxSumExp z = merge_row_group<coda::MaxSumExp>(partials, i, n_tiles, lanes);
+    if (!group_writes(i, lanes)) return;
+    const coda::TokenLoss t = coda::token_loss_of(z, target_logit[i]);
+    lse[i] = t.lse, loss[i] = t.loss;
 }
 
 // Column sums of partials [n_tiles, N] for the block's kColsPerBlock columns from j0, in
@@ -129,20 +139,20 @@ __device__ void block_col_sums(const float* const (&partials)[kArrays], int j0, 
         sum[a] = g == 0 ? coda::combine_col_groups<coda::Sum>([&](int h) { return groups[a][h][c]; }).s : 0.f;
 }
 
-// Blocks 0 .. row_blocks-1 take the rows (a warp each), the others kColsPerBlock columns each.
+// Blocks 0 .. col_blocks-1 take kColsPerBlock columns each, the others the rows (`lanes` threads each):
+// the column blocks, with the most work, start first.
 __global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, float* v, float* bias_grad,
                                      const float* m1_partials, const float* m2_partials, const float* db_partials,
                                      const float* v_partials, int M, int N, int K, int tiles_n, int tiles_m,
-                                     int row_blocks) {
-    if ((int)blockIdx.x < row_blocks) {
-        const int i = warp_row(M);
-        if (i < 0) return;
-        const float s1 = warp_merge_row<coda::Sum>(m1_partials, i, tiles_n).s;
-        const float s2 = warp_merge_row<coda::Sum>(m2_partials, i, tiles_n).s;
-        if (threadIdx.x % 32 == 0) m1[i] = (1.f / K) * s1, m2[i] = (1.f / K) * s2;  // finalize_row_sum's
+                                     int col_blocks, int lanes) {
+    if ((int)blockIdx.x >= col_blocks) {
+        const int i = group_row(M, lanes, col_blocks);
+        const float s1 = merge_row_group<coda::Sum>(m1_partials, i, tiles_n, lanes).s;
+        const float s2 = merge_row_group<coda::Sum>(m2_partials, i, tiles_n, lanes).s;
+        if (group_writes(i, lanes)) m1[i] = (1.f / K) * s1, m2[i] = (1.f / K) * s2;  // finalize_row_sum's
         return;
     }
-    const int j0 = (blockIdx.x - row_blocks) * kColsPerBlock, j = j0 + threadIdx.x;
+    const int j0 = blockIdx.x * kColsPerBlock, j = j0 + threadIdx.x;
     float sums[2];
     block_col_sums<2>({db_partials, v_partials}, j0, tiles_m, N, sums);
     if ((int)threadIdx.x >= kColsPerBlock || j >= N) return;
@@ -152,12 +162,11 @@ __global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, f
 }
 
 __global__ void finalize_ln_grads_kernel(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
-                                int K, int n_tiles) {
-    const int k = warp_row(K);
-    if (k < 0) return;
-    const float g = warp_merge_row<coda::Sum>(dgamma_partials, k, n_tiles).s;
-    const float b = warp_merge_row<coda::Sum>(dbeta_partials, k, n_tiles).s;
-    if (threadIdx.x % 32 == 0) dgamma[k] += g, dbeta[k] += b;
+                                int K, int n_tiles, int lanes) {
+    const int k = group_row(K, lanes);
+    const float g = merge_row_group<coda::Sum>(dgamma_partials, k, n_tiles, lanes).s;
+    const float b = merge_row_group<coda::Sum>(dbeta_partials, k, n_tiles, lanes).s;
+    if (group_writes(k, lanes)) dgamma[k] += g, dbeta[k] += b;
 }
 
 __global__ void finalize_bias_grad_kernel(float* bias_grad, const float* partials, int N, int n_tiles) {
@@ -189,30 +198,35 @@ void coda_widen(float* dst, const bf16* src, long n, cudaStream_t stream) {
 }
 
 void coda_row_stats(float* mu, float* rstd, const float* partials, int M, int n_tiles, cudaStream_t stream) {
-    finalize_row_stats_kernel<<<ceil_div(M, kRowsPerBlock), kRowThreads, 0, stream>>>(mu, rstd, partials, M, n_tiles);
+    const int lanes = row_lanes(n_tiles);
+    finalize_row_stats_kernel<<<ceil_div(M, kRowThreads / lanes), kRowThreads, 0, stream>>>(mu, rstd, partials, M, n_tiles,
+                                                                                          lanes);
     CUDA_CHECK_LAUNCH(finalize_row_stats_kernel);
 }
 
 void coda_token_loss(float* lse, float* loss, const float* partials, const float* target_logit, int M, int n_tiles,
                      cudaStream_t stream) {
-    finalize_loss_kernel<<<ceil_div(M, kRowsPerBlock), kRowThreads, 0, stream>>>(lse, loss, partials, target_logit, M, n_tiles);
+    const int lanes = row_lanes(n_tiles);
+    finalize_loss_kernel<<<ceil_div(M, kRowThreads / lanes), kRowThreads, 0, stream>>>(lse, loss, partials, target_logit, M,
+                                                                                     n_tiles, lanes);
     CUDA_CHECK_LAUNCH(finalize_loss_kernel);
 }
 
 void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* v, float* bias_grad, const float* m1_partials,
                                  const float* m2_partials, const float* db_partials, const float* v_partials, int M,
                                  int N, int K, int tiles_n, int tiles_m, cudaStream_t stream) {
-    const int row_blocks = ceil_div(M, kThreads / 32);
-    finalize_fold_gradient_kernel<<<row_blocks + ceil_div(N, kColsPerBlock), kThreads, 0, stream>>>(
+    const int col_blocks = ceil_div(N, kColsPerBlock), lanes = row_lanes(tiles_n);
+    finalize_fold_gradient_kernel<<<col_blocks + ceil_div(M, kThreads / lanes), kThreads, 0, stream>>>(
         m1, m2, db, v, bias_grad, m1_partials, m2_partials, db_partials, v_partials, M, N, K, tiles_n, tiles_m,
-        row_blocks);
+        col_blocks, lanes);
     CUDA_CHECK_LAUNCH(finalize_fold_gradient_kernel);
 }
 
 void coda_accumulate_ln_grads(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
                               int K, int n_tiles, cudaStream_t stream) {
-    finalize_ln_grads_kernel<<<ceil_div(K, kRowsPerBlock), kRowThreads, 0, stream>>>(dgamma, dbeta, dgamma_partials, dbeta_partials, K,
-                                                                     n_tiles);
+    const int lanes = row_lanes(n_tiles);
+    finalize_ln_grads_kernel<<<ceil_div(K, kRowThreads / lanes), kRowThreads, 0, stream>>>(
+        dgamma, dbeta, dgamma_partials, dbeta_partials, K, n_tiles, lanes);
     CUDA_CHECK_LAUNCH(finalize_ln_grads_kernel);
 }
 

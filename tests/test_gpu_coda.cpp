@@ -155,13 +155,13 @@ TEST(CodaGPU, TwoLayers124MWidthsMatchUnfusedAndCPUReference) {
 // (coda::merge_row, which the CPU emulator uses): the same bits for the sums (another order would
 // round differently); the Welford statistics and the loss within a few float roundings (the GPU
 // contracts Chan's multiply-adds into FMAs, and its expf may differ from the host's in the last
-// bit). Rows: 37, not a whole number of blocks; partials a row: 1 to 393 (the LM head's), with
-// empty ones after the first (an LM head partial without a column of the vocabulary).
+// bit). Rows: 37, not a whole number of blocks; partials a row: 1 to 393 (8: 350M's residual rows,
+// merged by 8 lanes a row; 393: the LM head's, by a warp), with empty ones after the first.
 TEST(CodaFinalize, RowKernelsMergeInTheHostOrder) {
     REQUIRE_GPU();
     constexpr int M = 37, K = 4800;
     Rng rng(41);
-    for (int n_tiles : {1, 13, 50, 393}) {
+    for (int n_tiles : {1, 8, 13, 50, 393}) {
         SCOPED_TRACE("n_tiles " + std::to_string(n_tiles));
         const size_t n = (size_t)M * n_tiles;
         std::vector<float> welford(3 * n), lse(2 * n), sums(n), target(M);
