@@ -23,7 +23,7 @@ int row_lanes(int n_tiles) {
 // Row i's partials (i = -1: none), merged by `lanes` consecutive threads of a warp (a power of two,
 // at least the partials a row unless 32) in coda::merge_row's order; every lane of the group
 // returns the state. With fewer than 32 lanes the merge's lanes from `lanes` on have no partial,
-// and combining an empty state changes nothing: the same state as merge_row's.
+// and combining an empty state changes nothing (but the sign of a zero sum): merge_row's state.
 template <class R>
 __device__ R merge_row_group(const float* partials, int i, int n_tiles, int lanes) {
     static_assert(coda::kRowLanes == 32, "a lane of the row merge per lane of a warp");

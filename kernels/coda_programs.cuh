@@ -285,7 +285,7 @@ struct PlainAccumulate : NoRowPartials, NoColPartials {
 
 // ================================================================ finalize
 // Each takes a row's merged state; the host merges with merge_row, the GPU's finalize kernels
-// with a warp a row in the same order (coda_kernels.cu).
+// with a group of lanes a row in the same order (coda_kernels.cu).
 
 // LayerNorm statistics of a row from ResidualForward's Welford partials.
 struct RowStats {
