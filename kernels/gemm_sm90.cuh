@@ -168,6 +168,10 @@ struct Params {
     int half_tiles;  // 1: edge tiles at most half inside the matrix run half the wgmmas (half_tiles_pay)
 };
 
+// An edge tile starting at `start` of an output `extent` long is a half tile when at most half of
+// its `tile` rows or columns are in the output: the mainloop runs half the wgmmas there.
+__host__ __device__ inline bool half_edge(int extent, int start, int tile) { return extent - start <= tile / 2; }
+
 // Grouped tile order: tile t -> (tm, tn) with group_m M-tiles per group, M fastest in a group.
 struct TileCoord {
     int m, n;
@@ -552,7 +556,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         for (int q = 0; q < 4; q++) ptx::fence_operand(acc[fm][fn][q]);
             };
             auto mainloop_cols = [&](auto fm_used) {
-                if (params.half_tiles && params.N - tc.n * Cfg::BN <= Cfg::BN / 2) mainloop(fm_used, std::true_type{});
+                if (half_edge(params.N, tc.n * Cfg::BN, Cfg::BN) && params.half_tiles) mainloop(fm_used, std::true_type{});
                 else mainloop(fm_used, std::false_type{});
             };
             // Of this consumer's rows, those in the matrix (without half tiles: all).
@@ -756,14 +760,13 @@ inline Plan choose_plan(const GemmProblem& prob, int sms) {
     return best;
 }
 
-// An output's tiles, and whether its last tile row / column is a half tile (at most BM/2 rows /
-// BN/2 columns in the matrix: the mainloop runs half the wgmmas there).
+// An output's tiles, and whether its last tile row / column is a half tile (half_edge).
 struct TileGrid {
     int tiles_m, tiles_n;
     bool half_m, half_n;
     static TileGrid of(int M, int N, int bm, int bn) {
         const int tm = n_tiles(M, bm), tn = n_tiles(N, bn);
-        return {tm, tn, M - (tm - 1) * bm <= bm / 2, N - (tn - 1) * bn <= bn / 2};
+        return {tm, tn, half_edge(M, (tm - 1) * bm, bm), half_edge(N, (tn - 1) * bn, bn)};
     }
     // Tile (m, n)'s work in full tiles: 1, 1/2 on a half edge, 1/4 in a half corner.
     double work(int m, int n) const {
