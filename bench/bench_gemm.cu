@@ -22,12 +22,14 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "coda_programs.cuh"
 #include "common.cuh"
+#include "gemm.cuh"
 #include "gemm_sm90.cuh"
 #include "matmul.cuh"
 #include "results.hpp"
@@ -459,6 +461,113 @@ struct Bench {
                   return l;
               });
     }
+
+    // A pass without a GEMM (K = 0) against a device-to-device copy of the same bytes (read +
+    // written: `bytes`, what the pass must move), paired; its effective bandwidth over those bytes.
+    // EXPERIMENT: also the sm80 tile pass on the same program, its outputs against the new pass's.
+    template <class MakeProgram>
+    void pass_program(const std::string& model, const std::string& name, int M, int N, double bytes,
+                      MakeProgram make) {
+        Buffers buf;
+        const GemmProblem prob{M, N, 0, {}, {}};
+        const auto made = make(buf, prob);  // (program, its bf16 output, its row partials, their count)
+        const auto& program = std::get<0>(made);
+        bf16* const out = std::get<1>(made);
+        float* const row_partials = std::get<2>(made);
+        const long row_n = std::get<3>(made);
+        const long half = (long)(bytes / 2);
+        char* src = buf.get<char>(half);
+        char* dst = buf.get<char>(half);
+        CUDA_CHECK(cudaMemset(src, 1, half));
+        bf16* out_old = buf.get<bf16>((long)M * N);
+        float* rows_old = buf.get<float>(row_n);
+        sm80::pass(program, prob, 0);
+        CUDA_CHECK(cudaMemcpy(out_old, out, (size_t)M * N * sizeof(bf16), cudaMemcpyDeviceToDevice));
+        CUDA_CHECK(cudaMemcpy(rows_old, row_partials, row_n * sizeof(float), cudaMemcpyDeviceToDevice));
+        poison(out, (long)M * N);
+        passes::pass(program, prob, 0);
+        const double out_err = rel_error(out, out_old, (long)M * N), row_err = rel_error(row_partials, rows_old, row_n);
+        auto copy = [&](int) { CUDA_CHECK(cudaMemcpyAsync(dst, src, half, cudaMemcpyDeviceToDevice, 0)); };
+        const PairedTimes t = paired_median_ms(copy, [&](int) { passes::pass(program, prob, 0); }, reps);
+        const PairedTimes o = paired_median_ms(copy, [&](int) { sm80::pass(program, prob, 0); }, reps);
+        const PairedTimes v23 = paired_median_ms(copy, [&](int) { passes::pass<std::decay_t<decltype(program)>, 2, 3>(program, prob, 0); }, reps);
+        const PairedTimes v32 = paired_median_ms(copy, [&](int) { passes::pass<std::decay_t<decltype(program)>, 3, 2>(program, prob, 0); }, reps);
+        const PairedTimes v81 = paired_median_ms(copy, [&](int) { passes::pass<std::decay_t<decltype(program)>, 8, 1>(program, prob, 0); }, reps);
+        const std::string label = model + " " + name;
+        fprintf(log, "%-36s %9.4f %9.4f %6.3f %6.2f | tiles %9.4f %6.3f | 2x3 %.3f 3x2 %.3f 8x1 %.3f | out err %.1e rows err %.1e\n", label.c_str(),
+                t.ms, t.ref_ms, t.ratio, bytes / (t.ms * 1e-3) / 1e12, o.ms, o.ratio, v23.ratio, v32.ratio, v81.ratio, out_err, row_err);
+        fflush(log);
+        if (json.empty()) return;
+        nlohmann::json r;
+        r["kind"] = "gemm";
+        r["gpu"] = gpu;
+        r["shape"] = {{"M", M}, {"N", N}, {"K", 0}, {"layout", "pass"}};
+        r["model"] = model;
+        r["gemm"] = name;
+        r["program"] = name;
+        r["ours_ms"] = t.ms;
+        r["copy_ms"] = t.ref_ms;  // cudaMemcpyAsync of bytes / 2, in the same rounds
+        r["paired_ratio"] = t.ratio;
+        r["bytes"] = bytes;
+        r["ours_tb_s"] = bytes / (t.ms * 1e-3) / 1e12;
+        r["tiles_ms"] = o.ms;
+        r["tiles_paired_ratio"] = o.ratio;
+        stamp_record(r, command);
+        append_record(json, r);
+    }
+
+    void pass_programs() {
+        const int T = kTokens;
+        auto vec = [](Buffers& b, long n, unsigned seed, float scale = 1.f, float offset = 0.f) {
+            float* p = b.get<float>(n);
+            fill(p, n, seed, scale, offset);
+            return p;
+        };
+        auto act = [](Buffers& b, long n, unsigned seed, float scale = 1.f) {
+            bf16* p = b.get<bf16>(n);
+            fill(p, n, seed, scale);
+            return p;
+        };
+        auto fold_grad = [&](Buffers& b, int M, int N) {
+            const long tn = n_tiles(N, passes::kBN), tm = n_tiles(M, passes::kBM);
+            FoldGradient<bf16> f;
+            f.mu = {vec(b, M, 21)};
+            f.rstd = {vec(b, M, 22, 0.1f, 1.f)};
+            f.c = {vec(b, N, 23)};
+            f.b_folded = {vec(b, N, 24)};
+            f.dz_hat = {b.get<bf16>((long)M * N), Layout{N, false}};
+            f.m1 = {b.get<float>(M * tn)};
+            f.m2 = {b.get<float>(M * tn)};
+            f.db = {b.get<float>(tm * N)};
+            f.v = {b.get<float>(tm * N)};
+            return f;
+        };
+        for (auto [model, C] : {std::pair<const char*, int>{"350m", 1024}, {"1.5b", 1600}}) {
+            const int N = 3 * C;
+            pass_program(model, "QkvGradient", T, N, 3.0 * T * N * 2, [&](Buffers& b, const GemmProblem& p) {
+                QkvGradient<bf16> q;
+                q.dqkv = {act(b, (long)p.M * p.N, 71), Layout{p.N, false}};
+                q.qkv = {act(b, (long)p.M * p.N, 72), Layout{p.N, false}};
+                q.fold = fold_grad(b, p.M, p.N);
+                return std::make_tuple(q, q.fold.dz_hat.p, q.fold.m1.p, (long)p.M * n_tiles(p.N, passes::kBN));
+            });
+        }
+        pass_program("both", "CrossEntropyGradient", T, kVocabPadded, 2.0 * T * kVocabPadded * 2,
+                     [&](Buffers& b, const GemmProblem& p) {
+                         CrossEntropyGradient<bf16> c;
+                         c.logits = {act(b, (long)p.M * p.N, 81, 4.f), Layout{p.N, false}};
+                         c.lse = {vec(b, p.M, 82, 1.f, 12.f)};
+                         std::vector<int> targets(p.M);
+                         for (int i = 0; i < p.M; i++) targets[i] = (int)((i * 7919l) % kVocab);
+                         int* t = b.get<int>(p.M);
+                         CUDA_CHECK(cudaMemcpy(t, targets.data(), p.M * sizeof(int), cudaMemcpyHostToDevice));
+                         c.target = t;
+                         c.vocab = kVocab;
+                         c.scale = 1.f / p.M;
+                         c.fold = fold_grad(b, p.M, p.N);
+                         return std::make_tuple(c, c.fold.dz_hat.p, c.fold.m1.p, (long)p.M * n_tiles(p.N, passes::kBN));
+                     });
+    }
 };
 
 // Geometric mean of the rows' speed ratios (reference time / ours).
@@ -504,6 +613,8 @@ int run(int argc, char** argv) {
     if (fused) {
         printf("\n%-36s %9s %9s %6s\n", "fused program (1.5B shape)", "ms", "plain ms", "ratio");
         bench.fused_programs();
+        printf("\n%-36s %9s %9s %6s %6s\n", "pass without a GEMM", "ms", "copy ms", "ratio", "TB/s");
+        bench.pass_programs();
     }
     printf("\n");
     for (const Row& r : bench.fused_rows) printf("fused %-36s %.3fx plain\n", r.label.c_str(), r.ratio);
