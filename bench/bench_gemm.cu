@@ -1,7 +1,8 @@
 // The CODA GEMM engine's Hopper mainloop against cuBLASLt on every GEMM shape of one GPT-2
 // training step (350M and 1.5B at B*T = 16384 tokens, forward, dX and dW, LM head) and the C=4096
 // forward shapes; then each fused epilogue program of coda_programs.cuh on its natural 1.5B shape
-// against the plain GEMM of that shape.
+// against the plain GEMM of that shape; then the passes without a GEMM (QkvGradient at 350M and
+// 1.5B, CrossEntropyGradient) against a device-to-device copy of the bytes they must move.
 //
 //   bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING]
 //
@@ -22,7 +23,6 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -353,34 +353,36 @@ struct Bench {
         record(s, name, t, "plain_ms", plan_name(prob), NAN);
     }
 
+    // Filled inputs and the outputs of a fold's dz producer, for the programs below.
+    static float* vec(Buffers& b, long n, unsigned seed, float scale = 1.f, float offset = 0.f) {
+        float* p = b.get<float>(n);
+        fill(p, n, seed, scale, offset);
+        return p;
+    }
+    static bf16* act(Buffers& b, long n, unsigned seed, float scale = 1.f) {
+        bf16* p = b.get<bf16>(n);
+        fill(p, n, seed, scale);
+        return p;
+    }
+    static FoldGradient<bf16> fold_grad(Buffers& b, const GemmProblem& p, const TileShape& ts) {
+        const long tn = n_tiles(p.N, ts.bn), tm = n_tiles(p.M, ts.bm);
+        FoldGradient<bf16> f;
+        f.mu = {vec(b, p.M, 21)};
+        f.rstd = {vec(b, p.M, 22, 0.1f, 1.f)};
+        f.c = {vec(b, p.N, 23)};
+        f.b_folded = {vec(b, p.N, 24)};
+        f.dz_hat = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
+        f.m1 = {b.get<float>(p.M * tn)};
+        f.m2 = {b.get<float>(p.M * tn)};
+        f.db = {b.get<float>(tm * p.N)};
+        f.v = {b.get<float>(tm * p.N)};
+        return f;
+    }
+
     void fused_programs() {
         const int T = kTokens, C = 1600;
-        auto vec = [](Buffers& b, long n, unsigned seed, float scale = 1.f, float offset = 0.f) {
-            float* p = b.get<float>(n);
-            fill(p, n, seed, scale, offset);
-            return p;
-        };
-        auto act = [](Buffers& b, long n, unsigned seed) {
-            bf16* p = b.get<bf16>(n);
-            fill(p, n, seed);
-            return p;
-        };
         auto ln_fold = [&](Buffers& b, const GemmProblem& p) {
             return LnFold{{vec(b, p.M, 11)}, {vec(b, p.M, 12, 0.1f, 1.f)}, {vec(b, p.N, 13)}, {vec(b, p.N, 14)}};
-        };
-        auto fold_grad = [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
-            const long tn = n_tiles(p.N, ts.bn), tm = n_tiles(p.M, ts.bm);
-            FoldGradient<bf16> f;
-            f.mu = {vec(b, p.M, 21)};
-            f.rstd = {vec(b, p.M, 22, 0.1f, 1.f)};
-            f.c = {vec(b, p.N, 23)};
-            f.b_folded = {vec(b, p.N, 24)};
-            f.dz_hat = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
-            f.m1 = {b.get<float>(p.M * tn)};
-            f.m2 = {b.get<float>(p.M * tn)};
-            f.db = {b.get<float>(tm * p.N)};
-            f.v = {b.get<float>(tm * p.N)};
-            return f;
         };
 
         fused({"1.5b", "qkv fwd", T, 3 * C, C, false, false, false}, "QkvForward",
@@ -462,40 +464,25 @@ struct Bench {
               });
     }
 
-    // A pass without a GEMM (K = 0) against a device-to-device copy of the same bytes (read +
-    // written: `bytes`, what the pass must move), paired; its effective bandwidth over those bytes.
-    // EXPERIMENT: also the sm80 tile pass on the same program, its outputs against the new pass's.
+    // A pass without a GEMM (K = 0: the engine's pass kernel) against a device-to-device copy of
+    // the same bytes (`bytes`, read + written: what the pass must move), paired: the ratio, and the
+    // pass's effective bandwidth over those bytes.
     template <class MakeProgram>
     void pass_program(const std::string& model, const std::string& name, int M, int N, double bytes,
                       MakeProgram make) {
         Buffers buf;
         const GemmProblem prob{M, N, 0, {}, {}};
-        const auto made = make(buf, prob);  // (program, its bf16 output, its row partials, their count)
-        const auto& program = std::get<0>(made);
-        bf16* const out = std::get<1>(made);
-        float* const row_partials = std::get<2>(made);
-        const long row_n = std::get<3>(made);
+        const auto program = make(buf, prob);
         const long half = (long)(bytes / 2);
         char* src = buf.get<char>(half);
         char* dst = buf.get<char>(half);
         CUDA_CHECK(cudaMemset(src, 1, half));
-        bf16* out_old = buf.get<bf16>((long)M * N);
-        float* rows_old = buf.get<float>(row_n);
-        sm80::pass(program, prob, 0);
-        CUDA_CHECK(cudaMemcpy(out_old, out, (size_t)M * N * sizeof(bf16), cudaMemcpyDeviceToDevice));
-        CUDA_CHECK(cudaMemcpy(rows_old, row_partials, row_n * sizeof(float), cudaMemcpyDeviceToDevice));
-        poison(out, (long)M * N);
-        passes::pass(program, prob, 0);
-        const double out_err = rel_error(out, out_old, (long)M * N), row_err = rel_error(row_partials, rows_old, row_n);
-        auto copy = [&](int) { CUDA_CHECK(cudaMemcpyAsync(dst, src, half, cudaMemcpyDeviceToDevice, 0)); };
-        const PairedTimes t = paired_median_ms(copy, [&](int) { passes::pass(program, prob, 0); }, reps);
-        const PairedTimes o = paired_median_ms(copy, [&](int) { sm80::pass(program, prob, 0); }, reps);
-        const PairedTimes v23 = paired_median_ms(copy, [&](int) { passes::pass<std::decay_t<decltype(program)>, 2, 3>(program, prob, 0); }, reps);
-        const PairedTimes v32 = paired_median_ms(copy, [&](int) { passes::pass<std::decay_t<decltype(program)>, 3, 2>(program, prob, 0); }, reps);
-        const PairedTimes v81 = paired_median_ms(copy, [&](int) { passes::pass<std::decay_t<decltype(program)>, 8, 1>(program, prob, 0); }, reps);
+        const PairedTimes t = paired_median_ms(
+            [&](int) { CUDA_CHECK(cudaMemcpyAsync(dst, src, half, cudaMemcpyDeviceToDevice, 0)); },
+            [&](int) { gemm(program, prob, 0); }, reps);
         const std::string label = model + " " + name;
-        fprintf(log, "%-36s %9.4f %9.4f %6.3f %6.2f | tiles %9.4f %6.3f | 2x3 %.3f 3x2 %.3f 8x1 %.3f | out err %.1e rows err %.1e\n", label.c_str(),
-                t.ms, t.ref_ms, t.ratio, bytes / (t.ms * 1e-3) / 1e12, o.ms, o.ratio, v23.ratio, v32.ratio, v81.ratio, out_err, row_err);
+        const double tb_s = bytes / (t.ms * 1e-3) / 1e12;
+        fprintf(log, "%-36s %9.4f %9.4f %6.3f %6.2f\n", label.c_str(), t.ms, t.ref_ms, t.ratio, tb_s);
         fflush(log);
         if (json.empty()) return;
         nlohmann::json r;
@@ -503,53 +490,27 @@ struct Bench {
         r["gpu"] = gpu;
         r["shape"] = {{"M", M}, {"N", N}, {"K", 0}, {"layout", "pass"}};
         r["model"] = model;
-        r["gemm"] = name;
+        r["gemm"] = "pass";
         r["program"] = name;
         r["ours_ms"] = t.ms;
         r["copy_ms"] = t.ref_ms;  // cudaMemcpyAsync of bytes / 2, in the same rounds
         r["paired_ratio"] = t.ratio;
         r["bytes"] = bytes;
-        r["ours_tb_s"] = bytes / (t.ms * 1e-3) / 1e12;
-        r["tiles_ms"] = o.ms;
-        r["tiles_paired_ratio"] = o.ratio;
+        r["ours_tb_s"] = tb_s;
         stamp_record(r, command);
         append_record(json, r);
     }
 
     void pass_programs() {
         const int T = kTokens;
-        auto vec = [](Buffers& b, long n, unsigned seed, float scale = 1.f, float offset = 0.f) {
-            float* p = b.get<float>(n);
-            fill(p, n, seed, scale, offset);
-            return p;
-        };
-        auto act = [](Buffers& b, long n, unsigned seed, float scale = 1.f) {
-            bf16* p = b.get<bf16>(n);
-            fill(p, n, seed, scale);
-            return p;
-        };
-        auto fold_grad = [&](Buffers& b, int M, int N) {
-            const long tn = n_tiles(N, passes::kBN), tm = n_tiles(M, passes::kBM);
-            FoldGradient<bf16> f;
-            f.mu = {vec(b, M, 21)};
-            f.rstd = {vec(b, M, 22, 0.1f, 1.f)};
-            f.c = {vec(b, N, 23)};
-            f.b_folded = {vec(b, N, 24)};
-            f.dz_hat = {b.get<bf16>((long)M * N), Layout{N, false}};
-            f.m1 = {b.get<float>(M * tn)};
-            f.m2 = {b.get<float>(M * tn)};
-            f.db = {b.get<float>(tm * N)};
-            f.v = {b.get<float>(tm * N)};
-            return f;
-        };
         for (auto [model, C] : {std::pair<const char*, int>{"350m", 1024}, {"1.5b", 1600}}) {
             const int N = 3 * C;
             pass_program(model, "QkvGradient", T, N, 3.0 * T * N * 2, [&](Buffers& b, const GemmProblem& p) {
                 QkvGradient<bf16> q;
                 q.dqkv = {act(b, (long)p.M * p.N, 71), Layout{p.N, false}};
                 q.qkv = {act(b, (long)p.M * p.N, 72), Layout{p.N, false}};
-                q.fold = fold_grad(b, p.M, p.N);
-                return std::make_tuple(q, q.fold.dz_hat.p, q.fold.m1.p, (long)p.M * n_tiles(p.N, passes::kBN));
+                q.fold = fold_grad(b, p, gemm_tile_shape(p));
+                return q;
             });
         }
         pass_program("both", "CrossEntropyGradient", T, kVocabPadded, 2.0 * T * kVocabPadded * 2,
@@ -564,8 +525,8 @@ struct Bench {
                          c.target = t;
                          c.vocab = kVocab;
                          c.scale = 1.f / p.M;
-                         c.fold = fold_grad(b, p.M, p.N);
-                         return std::make_tuple(c, c.fold.dz_hat.p, c.fold.m1.p, (long)p.M * n_tiles(p.N, passes::kBN));
+                         c.fold = fold_grad(b, p, gemm_tile_shape(p));
+                         return c;
                      });
     }
 };

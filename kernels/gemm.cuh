@@ -19,11 +19,9 @@
 // Anything else throws codagpt::Error naming the operand. Every matrix a program reads or writes
 // is the program's to size; the engine never touches elements outside M x N.
 #pragma once
-#include <cstdlib>
 #include <string>
 
 #include "common.cuh"
-#include "gemm_pass.cuh"
 #include "gemm_sm80.cuh"
 #include "gemm_types.cuh"
 #if __has_include("gemm_sm90.cuh")
@@ -80,7 +78,6 @@ inline Mainloop choose(const GemmProblem& prob, Mainloop requested) {
 }  // namespace detail
 
 inline TileShape gemm_tile_shape(const GemmProblem& prob, Mainloop mainloop = Mainloop::Auto) {
-    if (prob.K == 0) return passes::tile_shape();
     switch (detail::choose(prob, mainloop)) {
 #ifdef CODAGPT_GEMM_SM90
         case Mainloop::Sm90: return sm90::tile_shape(prob);
@@ -95,12 +92,9 @@ void gemm(const P& program, const GemmProblem& prob, cudaStream_t stream, Mainlo
         throw Error("CODA GEMM: the program is a pass without a GEMM (K = 0), got K=" + std::to_string(prob.K));
     detail::validate(prob);
     if (prob.M == 0 || prob.N == 0) return;
-    if (prob.K == 0) {
-        // EXPERIMENT (A/B in one binary): CODAGPT_PASS_KERNEL=tiles runs the sm80 tile pass.
-        static const bool tiles = std::getenv("CODAGPT_PASS_KERNEL") && std::string(std::getenv("CODAGPT_PASS_KERNEL")) == "tiles";
-        return tiles ? sm80::pass(program, prob, stream) : passes::pass(program, prob, stream);
-    }
-    if constexpr (!is_pass<P>) {
+    if constexpr (is_pass<P>) {
+        return sm80::pass(program, prob, stream);
+    } else {
         switch (detail::choose(prob, mainloop)) {
 #ifdef CODAGPT_GEMM_SM90
             case Mainloop::Sm90: return sm90::gemm(program, prob, stream);

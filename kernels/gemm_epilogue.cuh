@@ -195,29 +195,6 @@ __device__ inline int column_vector_slot(int& counter) {
     if (k >= kMaxColumnVectors) __trap();  // folded away for programs within the limit
     return k;
 }
-// Element k's part of store slot s of a segment (row i, columns j - k ... j - k + 7): the values
-// wait unrounded in `stored` until element 7 rounds them, packs pairs and writes all 8 (one 16-byte
-// store of a bf16 tile, two of fp32; element by element where whole_segments fails). Returns the
-// value as stored (computed on its own: it vanishes where the program does not use it).
-template <class T>
-__device__ inline float store_segment(RegisterSlots (&stored)[8], int s, T* p, const Layout& layout, int i, int j,
-                                      int k, float x) {
-    stored[k].set(s, x);
-    if (k == 7) {
-        float v[8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = stored[e].get(s);
-        if (whole_segments(p, layout)) {
-            uint32_t w[8];
-            words8(v, w, (T*)nullptr);
-            write8(segment_at(p, layout, i, j - 7), w);
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; e++) p[layout.at(i, j - 7 + e)] = round_to<T>(v[e]);
-        }
-    }
-    return to_float(round_to<T>(x));
-}
 }  // namespace detail
 
 // Element k (0..7, a compile-time constant once unrolled) of the segment of columns j - k ... j - k + 7
@@ -276,7 +253,22 @@ struct SegmentElement {
     }
     template <class T>
     __device__ float store(T* p, const Layout& layout, float x) const {
-        return detail::store_segment(slots->stored, detail::next_slot(counters->store), p, layout, i, j, k, x);
+        const int s = detail::next_slot(counters->store);
+        slots->stored[k].set(s, x);
+        if (k == 7) {
+            float v[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = slots->stored[e].get(s);
+            if (detail::whole_segments(p, layout)) {
+                uint32_t w[8];
+                detail::words8(v, w, (T*)nullptr);
+                detail::write8(detail::segment_at(p, layout, i, j - 7), w);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) p[layout.at(i, j - 7 + e)] = round_to<T>(v[e]);
+            }
+        }
+        return to_float(round_to<T>(x));
     }
     __device__ void row_output(float* out, float x) const { out[i] = x; }
     template <class T>

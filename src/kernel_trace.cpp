@@ -121,9 +121,8 @@ std::string kernel_function_name(const std::string& demangled) {
 }
 
 namespace {
-// "gemm_kernel<Config<...>, false, true, codagpt::coda::QkvForward<__nv_bfloat16> >(...)" (sm90),
-// "gemm_kernel<codagpt::coda::LnBackwardX<__nv_bfloat16>, true, true>(...)" (sm80) or
-// "pass_kernel<codagpt::coda::QkvGradient<__nv_bfloat16> >(...)" (a pass without a GEMM): the
+// "gemm_kernel<Config<...>, false, true, codagpt::coda::QkvForward<__nv_bfloat16> >(...)" (sm90) or
+// "gemm_kernel<codagpt::coda::QkvGradient<__nv_bfloat16>, true, true, true>(...)" (sm80): the
 // program is the template argument of namespace codagpt::coda that is not a Config; its name
 // without namespaces and template arguments.
 std::string gemm_program(const std::string& demangled) {
@@ -162,8 +161,6 @@ std::string kernel_time_table(const std::vector<TracedKernel>& kernels) {
             if (label == "gemm_kernel") {
                 const std::string arch = k.name.find("::sm90::") != std::string::npos ? "sm90" : "sm80";
                 label += " " + arch + " " + gemm_program(k.name);
-            } else if (label == "pass_kernel") {
-                label += " " + gemm_program(k.name);
             }
             rows.push_back({label.substr(0, 90)});
         }

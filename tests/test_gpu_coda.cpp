@@ -221,8 +221,8 @@ TEST(KernelTrace, TimeTable) {
                             "false, true, codagpt::coda::QkvForward<__nv_bfloat16> >(codagpt::coda::sm90::Params, "
                             "codagpt::coda::QkvForward<__nv_bfloat16>)";
     const std::string fin = "codagpt::(anonymous namespace)::finalize_row_stats_kernel(float*, float*, float const*, int, int)";
-    const std::string pass = "void codagpt::coda::passes::pass_kernel<codagpt::coda::QkvGradient<__nv_bfloat16> >("
-                             "codagpt::coda::QkvGradient<__nv_bfloat16>, int, int)";
+    const std::string pass = "void codagpt::coda::sm80::gemm_kernel<codagpt::coda::QkvGradient<__nv_bfloat16>, true, "
+                             "true, true>(codagpt::coda::QkvGradient<__nv_bfloat16>, codagpt::coda::GemmProblem)";
     const std::string table =
         kernel_time_table({{fin, 0.5}, {qkv, 2.0, 0.125}, {fin, 0.25, 0.5}, {qkv, 1.0}, {pass, 0.25, 0.25}});
     std::printf("%s", table.c_str());
@@ -232,7 +232,7 @@ TEST(KernelTrace, TimeTable) {
     EXPECT_LT(gemm, finalize);
     EXPECT_NE(table.find("     3.000        2  75.0%  gemm_kernel sm90 QkvForward"), std::string::npos);
     EXPECT_NE(table.find("     0.750        2  18.8%  finalize_row_stats_kernel"), std::string::npos);
-    EXPECT_NE(table.find("     0.250        1   6.2%  pass_kernel QkvGradient"), std::string::npos);
+    EXPECT_NE(table.find("     0.250        1   6.2%  gemm_kernel sm80 QkvGradient"), std::string::npos);
     EXPECT_NE(table.find("     4.000        5 100.0%  all kernels"), std::string::npos);
     EXPECT_NE(table.find("     0.875                  GPU idle between kernels"), std::string::npos);
 }
