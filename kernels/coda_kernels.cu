@@ -49,7 +49,6 @@ __device__ bool group_writes(int i, int lanes) { return i >= 0 && threadIdx.x % 
 __global__ void __launch_bounds__(kFoldCols* kFoldSplit)
     fold_layernorm_rows_kernel(bf16* w_folded, float* c, float* b_folded, const bf16* w, const float* gamma,
                                const float* beta, const float* b, int K, int N) {
-    grid_dependency_sync();
     __shared__ float s_c[kFoldSplit][kFoldCols], s_b[kFoldSplit][kFoldCols];
     const int tx = threadIdx.x % kFoldCols, ty = threadIdx.x / kFoldCols, layer = blockIdx.y;
     const int j = blockIdx.x * kFoldCols + tx;
@@ -79,7 +78,6 @@ __global__ void __launch_bounds__(kFoldCols* kFoldSplit)
 __global__ void __launch_bounds__(32 * kFoldSplit)
     fold_layernorm_transposed_kernel(bf16* w_folded, float* c, float* b_folded, const bf16* w, const float* gamma,
                                      const float* beta, const float* b, int K, int N) {
-    grid_dependency_sync();
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, layer = blockIdx.y;
     const int j = blockIdx.x * kFoldSplit + warp;
     if (j >= N) return;
@@ -104,13 +102,11 @@ __global__ void __launch_bounds__(32 * kFoldSplit)
 }
 
 __global__ void widen_kernel(float* dst, const bf16* src, long n) {
-    grid_dependency_sync();
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
         dst[i] = __bfloat162float(src[i]);
 }
 
 __global__ void finalize_row_stats_kernel(float* mu, float* rstd, const float* partials, int M, int n_tiles, int lanes) {
-    grid_dependency_sync();
     const int i = group_row(M, lanes);
     const coda::RowStats s = coda::row_stats_of(merge_row_group<coda::Welford>(partials, i, n_tiles, lanes));
     if (group_writes(i, lanes)) mu[i] = s.mu, rstd[i] = s.rstd;
@@ -118,7 +114,6 @@ __global__ void finalize_row_stats_kernel(float* mu, float* rstd, const float* p
 
 __global__ void finalize_loss_kernel(float* lse, float* loss, const float* partials, const float* target_logit, int M,
                                   int n_tiles, int lanes) {
-    grid_dependency_sync();
     const int i = group_row(M, lanes);
     const coda::MaxSumExp z = merge_row_group<coda::MaxSumExp>(partials, i, n_tiles, lanes);
     if (!group_writes(i, lanes)) return;
@@ -150,7 +145,6 @@ __global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, f
                                      const float* m1_partials, const float* m2_partials, const float* db_partials,
                                      const float* v_partials, int M, int N, int K, int tiles_n, int tiles_m,
                                      int col_blocks, int lanes) {
-    grid_dependency_sync();
     if ((int)blockIdx.x >= col_blocks) {
         const int i = group_row(M, lanes, col_blocks);
         const float s1 = merge_row_group<coda::Sum>(m1_partials, i, tiles_n, lanes).s;
@@ -169,7 +163,6 @@ __global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, f
 
 __global__ void finalize_ln_grads_kernel(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
                                 int K, int n_tiles, int lanes) {
-    grid_dependency_sync();
     const int k = group_row(K, lanes);
     const float g = merge_row_group<coda::Sum>(dgamma_partials, k, n_tiles, lanes).s;
     const float b = merge_row_group<coda::Sum>(dbeta_partials, k, n_tiles, lanes).s;
@@ -177,7 +170,6 @@ __global__ void finalize_ln_grads_kernel(float* dgamma, float* dbeta, const floa
 }
 
 __global__ void finalize_bias_grad_kernel(float* bias_grad, const float* partials, int N, int n_tiles) {
-    grid_dependency_sync();
     const int j0 = blockIdx.x * kColsPerBlock, j = j0 + threadIdx.x;
     float sum[1];
     block_col_sums<1>({partials}, j0, n_tiles, N, sum);
@@ -190,50 +182,57 @@ void coda_fold_layernorm(bf16* w_folded, float* c, float* b_folded, const bf16* 
                          const float* gamma, const float* beta, const float* b, int K, int N, int layers,
                          cudaStream_t stream) {
     if (transposed) {
-        launch_dependent(fold_layernorm_transposed_kernel, dim3(ceil_div(N, kFoldSplit), layers), 32 * kFoldSplit, 0,
-                         stream, w_folded, c, b_folded, w, gamma, beta, b, K, N);
+        fold_layernorm_transposed_kernel<<<dim3(ceil_div(N, kFoldSplit), layers), 32 * kFoldSplit, 0, stream>>>(
+            w_folded, c, b_folded, w, gamma, beta, b, K, N);
+        CUDA_CHECK_LAUNCH(fold_layernorm_transposed_kernel);
     } else {
-        launch_dependent(fold_layernorm_rows_kernel, dim3(ceil_div(N, kFoldCols), layers), kFoldCols * kFoldSplit, 0,
-                         stream, w_folded, c, b_folded, w, gamma, beta, b, K, N);
+        fold_layernorm_rows_kernel<<<dim3(ceil_div(N, kFoldCols), layers), kFoldCols * kFoldSplit, 0, stream>>>(
+            w_folded, c, b_folded, w, gamma, beta, b, K, N);
+        CUDA_CHECK_LAUNCH(fold_layernorm_rows_kernel);
     }
 }
 
 void coda_widen(float* dst, const bf16* src, long n, cudaStream_t stream) {
-    launch_dependent(widen_kernel, std::min(ceil_div(n, kThreads), 1024), kThreads, 0, stream, dst, src, n);
+    widen_kernel<<<std::min(ceil_div(n, kThreads), 1024), kThreads, 0, stream>>>(dst, src, n);
+    CUDA_CHECK_LAUNCH(widen_kernel);
 }
 
 void coda_row_stats(float* mu, float* rstd, const float* partials, int M, int n_tiles, cudaStream_t stream) {
     const int lanes = row_lanes(n_tiles);
-    launch_dependent(finalize_row_stats_kernel, ceil_div(M, kRowThreads / lanes), kRowThreads, 0, stream, mu, rstd,
-                     partials, M, n_tiles, lanes);
+    finalize_row_stats_kernel<<<ceil_div(M, kRowThreads / lanes), kRowThreads, 0, stream>>>(mu, rstd, partials, M, n_tiles,
+                                                                                          lanes);
+    CUDA_CHECK_LAUNCH(finalize_row_stats_kernel);
 }
 
 void coda_token_loss(float* lse, float* loss, const float* partials, const float* target_logit, int M, int n_tiles,
                      cudaStream_t stream) {
     const int lanes = row_lanes(n_tiles);
-    launch_dependent(finalize_loss_kernel, ceil_div(M, kRowThreads / lanes), kRowThreads, 0, stream, lse, loss, partials,
-                     target_logit, M, n_tiles, lanes);
+    finalize_loss_kernel<<<ceil_div(M, kRowThreads / lanes), kRowThreads, 0, stream>>>(lse, loss, partials, target_logit, M,
+                                                                                     n_tiles, lanes);
+    CUDA_CHECK_LAUNCH(finalize_loss_kernel);
 }
 
 void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* v, float* bias_grad, const float* m1_partials,
                                  const float* m2_partials, const float* db_partials, const float* v_partials, int M,
                                  int N, int K, int tiles_n, int tiles_m, cudaStream_t stream) {
     const int col_blocks = ceil_div(N, kColsPerBlock), lanes = row_lanes(tiles_n);
-    launch_dependent(finalize_fold_gradient_kernel, col_blocks + ceil_div(M, kThreads / lanes), kThreads, 0, stream, m1,
-                     m2, db, v, bias_grad, m1_partials, m2_partials, db_partials, v_partials, M, N, K, tiles_n, tiles_m,
-                     col_blocks, lanes);
+    finalize_fold_gradient_kernel<<<col_blocks + ceil_div(M, kThreads / lanes), kThreads, 0, stream>>>(
+        m1, m2, db, v, bias_grad, m1_partials, m2_partials, db_partials, v_partials, M, N, K, tiles_n, tiles_m,
+        col_blocks, lanes);
+    CUDA_CHECK_LAUNCH(finalize_fold_gradient_kernel);
 }
 
 void coda_accumulate_ln_grads(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
                               int K, int n_tiles, cudaStream_t stream) {
     const int lanes = row_lanes(n_tiles);
-    launch_dependent(finalize_ln_grads_kernel, ceil_div(K, kRowThreads / lanes), kRowThreads, 0, stream, dgamma, dbeta,
-                     dgamma_partials, dbeta_partials, K, n_tiles, lanes);
+    finalize_ln_grads_kernel<<<ceil_div(K, kRowThreads / lanes), kRowThreads, 0, stream>>>(
+        dgamma, dbeta, dgamma_partials, dbeta_partials, K, n_tiles, lanes);
+    CUDA_CHECK_LAUNCH(finalize_ln_grads_kernel);
 }
 
 void coda_accumulate_bias_grad(float* bias_grad, const float* partials, int N, int n_tiles, cudaStream_t stream) {
-    launch_dependent(finalize_bias_grad_kernel, ceil_div(N, kColsPerBlock), kThreads, 0, stream, bias_grad, partials, N,
-                     n_tiles);
+    finalize_bias_grad_kernel<<<ceil_div(N, kColsPerBlock), kThreads, 0, stream>>>(bias_grad, partials, N, n_tiles);
+    CUDA_CHECK_LAUNCH(finalize_bias_grad_kernel);
 }
 
 }  // namespace codagpt

@@ -5,10 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "common.hpp"
@@ -69,52 +67,6 @@ __device__ inline float hash_uniform(unsigned long i, unsigned seed) {
     x *= 0x846ca68bu;
     x ^= x >> 16;
     return (float)(x >> 8) * (2.f / 16777216.f) - 1.f;
-}
-
-// Programmatic dependent launch (compute capability 9.0 and newer). A kernel launched by
-// launch_dependent() may be scheduled while the kernel before it in the stream is still finishing
-// (its last blocks running, its writes draining), instead of only once it has completed: its launch
-// latency and its blocks' start hide behind that tail. Such a kernel must call
-// grid_dependency_sync() before it reads or writes global memory: it waits until the kernels before
-// it have completed and their writes are visible, then lets the next dependent kernel be scheduled.
-// CODAGPT_PDL=0 launches them as ordinary kernels (the sync is then a no-op).
-__device__ inline void grid_dependency_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-#endif
-
-// Whether launch_dependent() asks for programmatic dependent launch: on a 9.x or newer device
-// (the current one at first use: the trainer uses one device per process), unless CODAGPT_PDL=0.
-inline bool dependent_launch_enabled() {
-    static const bool enabled = [] {
-        const char* env = std::getenv("CODAGPT_PDL");
-        if (env && std::string(env) == "0") return false;
-        int dev = 0, major = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        return major >= 9;
-    }();
-    return enabled;
-}
-
-#ifdef __CUDACC__
-template <class... KernelArgs, class... Args>
-void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      Args&&... args) {
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = dependent_launch_enabled() ? 1 : 0;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 #endif
 

@@ -426,7 +426,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    grid_dependency_sync();  // the kernels before this one are complete: their outputs are our inputs
 
     // Broadcast from lane 0, so that the compiler knows it is the same in every lane of a warp:
     // then so are the consumer's ring slots, phases and wgmma descriptors derived from it, which
@@ -858,7 +857,8 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
     params.half_tiles = half_tiles_pay(prob, Cfg::BM, Cfg::GROUP_M, device_info().l2_bytes);
     params.group_m = params.half_tiles ? group_m_for(TileGrid::of(prob.M, prob.N, Cfg::BM, Cfg::BN), splits, grid, Cfg::GROUP_M)
                                        : Cfg::GROUP_M;
-    launch_dependent(kernel, grid, kThreads, Smem::launch_bytes, stream, params, program);
+    kernel<<<grid, kThreads, Smem::launch_bytes, stream>>>(params, program);
+    CUDA_CHECK_LAUNCH(gemm_kernel);
 }
 
 template <class Cfg, class P>
