@@ -138,7 +138,7 @@ struct LmHeadForward : NoColPartials {
     template <class E>
     CODA_HD void element(const E& e, Row& row, Col&) const {
         const float z = logits.store(e, ln(e));
-        if (e.j < vocab) row.z.add(z);
+        row.z.add_if(z, e.j < vocab);
         target_logit.take(e, z);
     }
     CODA_HD void write_row(const Row& row, RowSlot s) const { lse_partials.write(row.z, s); }

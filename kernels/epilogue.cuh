@@ -357,10 +357,14 @@ struct MaxSumExp {
     float max = -INFINITY, sum = 0.f;
     // One exp either way, exp(-|x - max|), and selects instead of a branch (the GPU epilogue
     // interleaves its elements' arithmetic only where their code has no branches).
-    CODA_HD void add(float x) {
+    CODA_HD void add(float x) { add_if(x, true); }
+    // add(x) where `counted`, else nothing, by selects too: a branch around add() (the LM head's
+    // padded columns) made each element's exp wait for the one before it (bench/NOTES_gemm_sm90.md).
+    CODA_HD void add_if(float x, bool counted) {
         const float e = exp_fast(-fabsf(x - max));  // 0 for the first element (max = -inf)
-        sum = x > max ? fmaf(sum, e, 1.f) : sum + e;
-        max = fmaxf(max, x);
+        const float grown = x > max ? fmaf(sum, e, 1.f) : sum + e;
+        sum = counted ? grown : sum;
+        max = counted ? fmaxf(max, x) : max;
     }
     CODA_HD void combine(const MaxSumExp& o) {
         if (o.sum == 0.f) return;

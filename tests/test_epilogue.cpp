@@ -153,6 +153,31 @@ TEST(Reductions, AnySplitAndCombineOrderMatchesFp64) {
     EXPECT_EQ(one_l.lse(), -3.f);
 }
 
+// MaxSumExp::add_if counts exactly the elements it is told to, bit for bit as add() on those alone:
+// skipped ones change nothing, whatever they hold (-inf, NaN, a new maximum) and wherever they come
+// (before the first counted element too, while max is still -inf).
+TEST(Reductions, MaxSumExpAddIfSkipsWhatItIsTold) {
+    Rng rng(7);
+    const std::vector<float> x = random_floats(rng, 300, 4.0, 0.0);
+    for (int trial = 0; trial < 4; trial++) {
+        MaxSumExp masked, counted_only;
+        for (size_t k = 0; k < x.size(); k++) {
+            const bool counted = k >= 3 && (k * 7 + trial) % 5 != 0;
+            const float v = counted ? x[k] : k % 3 == 0 ? -INFINITY : k % 3 == 1 ? NAN : 100.f;
+            masked.add_if(v, counted);
+            if (counted) counted_only.add(v);
+        }
+        EXPECT_EQ(masked.max, counted_only.max);
+        EXPECT_EQ(masked.sum, counted_only.sum);
+        EXPECT_TRUE(std::isfinite(masked.lse()));
+    }
+    MaxSumExp none;
+    none.add_if(NAN, false);
+    none.add_if(5.f, false);
+    EXPECT_EQ(none.max, -INFINITY);
+    EXPECT_EQ(none.sum, 0.f);
+}
+
 // The GEMM of the emulator in every operand layout, edge tiles included: elements outside M x N
 // (the padding of a wider leading dimension) are never written.
 TEST(Emulator, OperandLayoutsAndEdgeTiles) {
