@@ -229,11 +229,12 @@ struct Bench {
     FILE* log = stdout;
     int failures = 0;
 
-    // t: ours against the reference named ref_key ("cublaslt_ms" or "plain_ms").
+    // t: ours against the reference named ref_key ("cublaslt_ms", "plain_ms" or "copy_ms"); `more`:
+    // further keys of the record.
     void record(const Shape& s, const std::string& program, const PairedTimes& t, const char* ref_key,
-                const std::string& tile, double err) {
+                const std::string& tile, double err, const nlohmann::json& more = nlohmann::json::object()) {
         if (json.empty()) return;
-        nlohmann::json r;
+        nlohmann::json r = more;
         r["kind"] = "gemm";
         r["gpu"] = gpu;
         r["shape"] = {{"M", s.M}, {"N", s.N}, {"K", s.K}, {"layout", s.layout()}};
@@ -364,6 +365,14 @@ struct Bench {
         fill(p, n, seed, scale);
         return p;
     }
+    // Target column i * 7919 mod vocab of each of the M rows.
+    static int* targets(Buffers& b, int M) {
+        std::vector<int> host(M);
+        for (int i = 0; i < M; i++) host[i] = (int)((i * 7919l) % kVocab);
+        int* t = b.get<int>(M);
+        CUDA_CHECK(cudaMemcpy(t, host.data(), M * sizeof(int), cudaMemcpyHostToDevice));
+        return t;
+    }
     static FoldGradient<bf16> fold_grad(Buffers& b, const GemmProblem& p, const TileShape& ts) {
         const long tn = n_tiles(p.N, ts.bn), tm = n_tiles(p.M, ts.bm);
         FoldGradient<bf16> f;
@@ -417,11 +426,7 @@ struct Bench {
                   l.logits = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
                   l.vocab = kVocab;
                   l.lse_partials = {b.get<float>((long)p.M * n_tiles(p.N, ts.bn) * 2)};
-                  std::vector<int> targets(p.M);
-                  for (int i = 0; i < p.M; i++) targets[i] = (int)((i * 7919l) % kVocab);
-                  int* t = b.get<int>(p.M);
-                  CUDA_CHECK(cudaMemcpy(t, targets.data(), p.M * sizeof(int), cudaMemcpyHostToDevice));
-                  l.target_logit = {t, b.get<float>(p.M)};
+                  l.target_logit = {targets(b, p.M), b.get<float>(p.M)};
                   return l;
               });
         // dG GEMM: dres[T, C] Wp^T, Wp stored [4C, C] = [N, K].
@@ -480,25 +485,12 @@ struct Bench {
         const PairedTimes t = paired_median_ms(
             [&](int) { CUDA_CHECK(cudaMemcpyAsync(dst, src, half, cudaMemcpyDeviceToDevice, 0)); },
             [&](int) { gemm(program, prob, 0); }, reps);
-        const std::string label = model + " " + name;
         const double tb_s = bytes / (t.ms * 1e-3) / 1e12;
-        fprintf(log, "%-36s %9.4f %9.4f %6.3f %6.2f\n", label.c_str(), t.ms, t.ref_ms, t.ratio, tb_s);
+        fprintf(log, "%-36s %9.4f %9.4f %6.3f %6.2f\n", (model + " " + name).c_str(), t.ms, t.ref_ms, t.ratio, tb_s);
         fflush(log);
-        if (json.empty()) return;
-        nlohmann::json r;
-        r["kind"] = "gemm";
-        r["gpu"] = gpu;
-        r["shape"] = {{"M", M}, {"N", N}, {"K", 0}, {"layout", "pass"}};
-        r["model"] = model;
-        r["gemm"] = "pass";
-        r["program"] = name;
-        r["ours_ms"] = t.ms;
-        r["copy_ms"] = t.ref_ms;  // cudaMemcpyAsync of bytes / 2, in the same rounds
-        r["paired_ratio"] = t.ratio;
-        r["bytes"] = bytes;
-        r["ours_tb_s"] = tb_s;
-        stamp_record(r, command);
-        append_record(json, r);
+        // copy_ms: cudaMemcpyAsync of bytes / 2, in the same rounds
+        record(Shape{model, "pass", M, N, 0, false, false, false}, name, t, "copy_ms", "pass", NAN,
+               {{"bytes", bytes}, {"ours_tb_s", tb_s}});
     }
 
     void pass_programs() {
@@ -518,11 +510,7 @@ struct Bench {
                          CrossEntropyGradient<bf16> c;
                          c.logits = {act(b, (long)p.M * p.N, 81, 4.f), Layout{p.N, false}};
                          c.lse = {vec(b, p.M, 82, 1.f, 12.f)};
-                         std::vector<int> targets(p.M);
-                         for (int i = 0; i < p.M; i++) targets[i] = (int)((i * 7919l) % kVocab);
-                         int* t = b.get<int>(p.M);
-                         CUDA_CHECK(cudaMemcpy(t, targets.data(), p.M * sizeof(int), cudaMemcpyHostToDevice));
-                         c.target = t;
+                         c.target = targets(b, p.M);
                          c.vocab = kVocab;
                          c.scale = 1.f / p.M;
                          c.fold = fold_grad(b, p, gemm_tile_shape(p));

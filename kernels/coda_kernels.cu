@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include "coda_programs.cuh"
-#include "gemm_epilogue.cuh"  // detail::shfl_xor, detail::pick
+#include "gemm_epilogue.cuh"  // detail::shfl_xor
 
 namespace codagpt {
 
@@ -21,19 +21,15 @@ int row_lanes(int n_tiles) {
 }
 
 // Row i's partials (i = -1: none), merged by `lanes` consecutive threads of a warp (a power of two,
-// at least the partials a row unless 32) in coda::merge_row's order; every lane of the group
-// returns the state. With fewer than 32 lanes the merge's lanes from `lanes` on have no partial,
-// and combining an empty state changes nothing (but the sign of a zero sum): merge_row's state.
+// at least the partials a row unless 32) in coda::merge_row's order: the group's first lane
+// returns the row's state (the others partial states of the tree). With fewer than 32 lanes the
+// merge's lanes from `lanes` on have no partial, and combining an empty state changes nothing (but
+// the sign of a zero sum): merge_row's state.
 template <class R>
 __device__ R merge_row_group(const float* partials, int i, int n_tiles, int lanes) {
     static_assert(coda::kRowLanes == 32, "a lane of the row merge per lane of a warp");
-    const int lane = threadIdx.x % lanes;
-    R mine = i >= 0 ? coda::merge_row_lane<R>(partials, i, lane, n_tiles) : R{};
-    for (int m = lanes / 2; m >= 1; m /= 2) {
-        const R other = coda::detail::shfl_xor(mine, m);
-        const bool upper = lane & m;
-        mine = coda::combine_lanes(coda::detail::pick(upper, other, mine), coda::detail::pick(upper, mine, other));
-    }
+    R mine = i >= 0 ? coda::merge_row_lane<R>(partials, i, threadIdx.x % lanes, n_tiles) : R{};
+    for (int m = lanes / 2; m >= 1; m /= 2) mine.combine(coda::detail::shfl_xor(mine, m));
     return mine;
 }
 // The row of this thread's group (a block's groups take consecutive rows; blocks from
@@ -147,9 +143,9 @@ __global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, f
                                      int col_blocks, int lanes) {
     if ((int)blockIdx.x >= col_blocks) {
         const int i = group_row(M, lanes, col_blocks);
-        const float s1 = merge_row_group<coda::Sum>(m1_partials, i, tiles_n, lanes).s;
-        const float s2 = merge_row_group<coda::Sum>(m2_partials, i, tiles_n, lanes).s;
-        if (group_writes(i, lanes)) m1[i] = (1.f / K) * s1, m2[i] = (1.f / K) * s2;  // finalize_row_sum's
+        const float s1 = coda::row_sum_of(merge_row_group<coda::Sum>(m1_partials, i, tiles_n, lanes), 1.f / K);
+        const float s2 = coda::row_sum_of(merge_row_group<coda::Sum>(m2_partials, i, tiles_n, lanes), 1.f / K);
+        if (group_writes(i, lanes)) m1[i] = s1, m2[i] = s2;
         return;
     }
     const int j0 = blockIdx.x * kColsPerBlock, j = j0 + threadIdx.x;
@@ -164,8 +160,8 @@ __global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, f
 __global__ void finalize_ln_grads_kernel(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
                                 int K, int n_tiles, int lanes) {
     const int k = group_row(K, lanes);
-    const float g = merge_row_group<coda::Sum>(dgamma_partials, k, n_tiles, lanes).s;
-    const float b = merge_row_group<coda::Sum>(dbeta_partials, k, n_tiles, lanes).s;
+    const float g = coda::row_sum_of(merge_row_group<coda::Sum>(dgamma_partials, k, n_tiles, lanes));
+    const float b = coda::row_sum_of(merge_row_group<coda::Sum>(dbeta_partials, k, n_tiles, lanes));
     if (group_writes(k, lanes)) dgamma[k] += g, dbeta[k] += b;
 }
 

@@ -1,9 +1,10 @@
 // The small kernels of the fused (CODA) path beside its GEMMs (../shared/design/CODA_GPT2.md):
 // folding each LayerNorm into the weights of the GEMM that consumes it, once per optimizer step,
 // and the "tiny reduce" kernels that merge the partials the GEMM epilogues write. Each finalize
-// kernel takes a row with a warp, or a column with a thread a group of its partials, in the fixed
-// order of epilogue.cuh's merge_row / merge_col (the host's), and applies the finalize formula of
-// coda_programs.cuh; so results are deterministic.
+// kernel takes a row with a group of lanes (a warp where it has more than 16 partials), or a
+// column with a thread a group of its partials, in the fixed order of epilogue.cuh's merge_row /
+// merge_col (the host's), and applies the finalize formula of coda_programs.cuh; so results are
+// deterministic.
 // Partials layouts are epilogue.cuh's: rows [M, n_tiles, words], columns [n_tiles, N, words].
 #pragma once
 #include "common.cuh"

@@ -309,8 +309,9 @@ CODA_HD inline TokenLoss finalize_loss(const float* partials, int i, int n_tiles
 }
 
 // scale * (sum over N-tiles of row i): m1, m2 with scale 1/K; dgamma, dbeta with scale 1.
+CODA_HD inline float row_sum_of(const Sum& s, float scale = 1.f) { return scale * s.s; }
 CODA_HD inline float finalize_row_sum(const float* partials, int i, int n_tiles, float scale = 1.f) {
-    return scale * merge_row<Sum>(partials, i, n_tiles).s;
+    return row_sum_of(merge_row<Sum>(partials, i, n_tiles), scale);
 }
 // Sum over M-tiles of column j (db, v, bias gradients).
 CODA_HD inline float finalize_col_sum(const float* partials, int j, int n_tiles, int n) {

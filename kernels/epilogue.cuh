@@ -409,9 +409,9 @@ struct ColPartials {
 
 // The finalize side. Row i's partials merge in kRowLanes lanes, lane l taking tiles l, l +
 // kRowLanes, ... in increasing order (one GPU warp a row: consecutive lanes read consecutive
-// partials; a row of the LM head has 393 of them), then the lanes combine as an xor butterfly:
-// at mask m = 16, 8, 4, 2, 1 each lane l holds combine(lane l & ~m, lane l | m), the lower lane's
-// state first; every lane ends with the same state. A column's partials (one per M-tile, 128 at
+// partials; a row of the LM head has 393 of them), then the lanes combine as a pairwise tree: at
+// m = 16, 8, 4, 2, 1 each lane l < m combines lane l + m's state into its own; lane 0 ends with the
+// row's. A column's partials (one per M-tile, 128 at
 // 16384 tokens) merge in kColGroups groups of consecutive M-tiles, each group in tile order, then
 // the groups in order; the finalize kernels give each group its own thread.
 constexpr int kRowLanes = 32;
@@ -425,21 +425,12 @@ CODA_HD R merge_row_lane(const float* partials, int i, int lane, int n_tiles) {
     }
     return total;
 }
-// One butterfly step of the row merge: `lo` is the state of lane l & ~m, `hi` that of lane l | m.
-template <class R>
-CODA_HD R combine_lanes(R lo, const R& hi) {
-    lo.combine(hi);
-    return lo;
-}
 template <class R>
 CODA_HD R merge_row(const float* partials, int i, int n_tiles) {
     R lanes[kRowLanes];
     for (int l = 0; l < kRowLanes; l++) lanes[l] = merge_row_lane<R>(partials, i, l, n_tiles);
-    for (int m = kRowLanes / 2; m >= 1; m /= 2) {
-        R next[kRowLanes];
-        for (int l = 0; l < kRowLanes; l++) next[l] = combine_lanes(lanes[l & ~m], lanes[l | m]);
-        for (int l = 0; l < kRowLanes; l++) lanes[l] = next[l];
-    }
+    for (int m = kRowLanes / 2; m >= 1; m /= 2)
+        for (int l = 0; l < m; l++) lanes[l].combine(lanes[l + m]);
     return lanes[0];
 }
 constexpr int kColGroups = 8;
