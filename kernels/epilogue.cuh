@@ -87,16 +87,7 @@ constexpr bool is_pass<P, decltype((void)P::kPass)> = P::kPass;
 #ifdef __CUDACC__
 using bf16 = __nv_bfloat16;
 CODA_HD inline float to_float(bf16 x) { return __bfloat162float(x); }
-// On the GPU through the packed conversion of (x, x): cvt.rn.bf16x2.f32 is F2FP, an ALU instruction
-// (64 results a clock an SM on the H200), where cvt.rn.bf16.f32 is F2F on the quarter-rate pipe
-// (16 a clock) that MUFU's ex2 and rcp also use. Same rounding, same bits.
-CODA_HD inline bf16 to_bf16(float x) {
-#ifdef __CUDA_ARCH__
-    return __low2bfloat16(__floats2bfloat162_rn(x, x));
-#else
-    return __float2bfloat16(x);
-#endif
-}
+CODA_HD inline bf16 to_bf16(float x) { return __float2bfloat16(x); }
 #else
 // The host compiler has no bf16 type: the same 16 bits, rounded to nearest even like
 // __float2bfloat16, so emulator buffers are bit-for-bit what the GPU reads and writes.
