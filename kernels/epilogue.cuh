@@ -75,7 +75,9 @@
 
 namespace codagpt::coda {
 
-constexpr int kMaxColumnVectors = 4;  // column vectors one element() may read (the programs read two at most)
+// Column vectors one element() may read (the programs read two at most): each takes 512 bytes of a
+// 128-column tile's shared memory, and with two a 128 x 128 ping-pong GEMM keeps 5 ring stages.
+constexpr int kMaxColumnVectors = 2;
 
 // P::kPass where the program declares it, else false.
 template <class P, class = void>
