@@ -259,10 +259,10 @@ struct LnBackwardW : NoColPartials {
     };
     template <class E>
     CODA_HD void element(const E& e, Row& row, Col&) const {
-        const float G = e.acc - v(e), w_kj = w(e);
-        dw.add(e, gamma(e) * G + beta(e) * db(e));
+        const float G = e.acc - v(e), w_kj = w(e), db_j = db(e);
+        dw.add(e, gamma(e) * G + beta(e) * db_j);
         row.dgamma.add(w_kj, G);
-        row.dbeta.add(w_kj, db(e));
+        row.dbeta.add(w_kj, db_j);
     }
     CODA_HD void write_row(const Row& row, RowSlot s) const { dgamma.write(row.dgamma, s); dbeta.write(row.dbeta, s); }
 };

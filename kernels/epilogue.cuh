@@ -75,8 +75,9 @@
 
 namespace codagpt::coda {
 
-// Column vectors one element() may read (the programs read two at most): each takes 512 bytes of a
-// 128-column tile's shared memory, and with two a 128 x 128 ping-pong GEMM keeps 5 ring stages.
+// Column vector reads of one element() (the programs make two at most: read a value once and reuse
+// it): each takes 512 bytes of a 128-column tile's shared memory, and with two a 128 x 128
+// ping-pong GEMM keeps 5 ring stages.
 constexpr int kMaxColumnVectors = 2;
 
 // P::kPass where the program declares it, else false.
