@@ -75,10 +75,7 @@
 
 namespace codagpt::coda {
 
-// Column vector reads of one element() (the programs make two at most: read a value once and reuse
-// it): each takes 512 bytes of a 128-column tile's shared memory, and with two a 128 x 128
-// ping-pong GEMM keeps 5 ring stages.
-constexpr int kMaxColumnVectors = 2;
+constexpr int kMaxColumnVectors = 4;  // column vector reads of one element() (the programs make two at most)
 
 // P::kPass where the program declares it, else false.
 template <class P, class = void>

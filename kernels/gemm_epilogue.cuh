@@ -51,12 +51,9 @@
 //   Col, per half chunk: each thread accumulates its rows of a column in increasing order (pass
 //     by pass); the 8 lanes of a warp sharing the columns (lane / 4 = 0..7) combine as
 //     ((b0 b1)(b2 b3))((b4 b5)(b6 b7)), by a butterfly that halves the columns a lane keeps at each
-//     step (xor 4: four columns, xor 8: two, xor 16: one), and keep the result, one column's state a
-//     lane and half chunk, in registers; after the last chunk they park them in shared memory where
-//     the chunk was staged (a pass: copied), and one thread per column combines the warps in warp
-//     order and calls write_col once per column j < N. (Parked as they were made, the states of a
-//     128-column tile took their own 2-4 KB beside the staging buffer: the ping-pong GEMM then kept
-//     only 4 ring stages for the programs with column partials, against 5 for the others.)
+//     step (xor 4: four columns, xor 8: two, xor 16: one), and park the result in shared memory;
+//     after the last chunk one thread per column combines the warps in warp order and calls
+//     write_col once per column j < N.
 // Partials land in slot (i, tile_n) of [M, n_tiles_n] and (tile_m, j) of [n_tiles_m, N], as
 // RowPartials / ColPartials lay them out. No atomics: results are bit-for-bit deterministic.
 #pragma once
@@ -456,7 +453,7 @@ __device__ void select_set(S (&a)[N], int k, const S& v) {
 // tile a block: the accumulators are zero and nothing is staged; instead, chunk by chunk, the
 // block copies the chunk of each tile its program loads into shared memory (TileCopyElement: all
 // of it in flight at once) and its segments read their tile values there. Its shared memory:
-// pass_smem_bytes(tile_loads(program)), 16 KB a loaded tile (the column states parked in the first), so several
+// pass_smem_bytes(tile_loads(program)), 16 KB a loaded tile beside the column states, so several
 // blocks share an SM and one block's copies overlap another's segments. Measured on the H200
 // (1.5B step, QkvGradient, 48 launches): one segment read ahead from global memory after an L2
 // prefetch of the tile, 10.4 ms; both chunks copied at once (32 KB a tile, 3 blocks an SM), 9.4 ms;
@@ -480,19 +477,14 @@ struct TileEpilogue {
     // a constant stride.
     static_assert(kRowsPerPass % 4 == 0, "passes of whole swizzle periods");
     static constexpr size_t kStageBytes = ZERO_ACC ? 0 : (size_t)kTileRows * kChunkCols * sizeof(float);
+    static constexpr size_t kColStateBytes = kCols ? (size_t)kWarps * kTileCols * sizeof(Col) : 0;
     // The tile's columns of the column vectors the program reads.
     static constexpr size_t kColVectorBytes = (size_t)kMaxColumnVectors * kTileCols * sizeof(float);
-    static constexpr size_t kSmemBytes = kStageBytes + kColVectorBytes;
+    static constexpr size_t kSmemBytes = kStageBytes + kColStateBytes + kColVectorBytes;
     // A pass's copy of the chunk of each tile it loads (16-bit values), after the above: rows of 128 bytes.
     static constexpr size_t kPassTileBytes = ZERO_ACC ? (size_t)kTileRows * kChunkCols * 2 : 0;
-    // The warps' column states of the tile, parked after the last chunk where it was staged (a pass:
-    // where its first loaded tile was copied; a pass with column partials loads a tile).
-    static constexpr size_t kColStateBytes = kCols ? (size_t)kWarps * kTileCols * sizeof(Col) : 0;
-    static_assert(kColStateBytes <= (ZERO_ACC ? kPassTileBytes : kStageBytes), "column states fit where a chunk was");
     static_assert(kSmemBytes % 16 == 0 && kChunkCols * 2 == TileCopyElement::kRowBytes, "16-byte aligned tile copies of chunk rows");
-    static constexpr size_t pass_smem_bytes(int tile_loads) {
-        return kSmemBytes + (tile_loads > 0 || !kCols ? tile_loads : 1) * kPassTileBytes;  // room for the column states
-    }
+    static constexpr size_t pass_smem_bytes(int tile_loads) { return kSmemBytes + tile_loads * kPassTileBytes; }
 
     template <class Sync>
     __device__ static void run(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_col0, int warp_m,
@@ -555,8 +547,8 @@ struct TileEpilogue {
         const int warp = warp_m * WARPS_N + warp_n, T = warp * 32 + lane, q = T % 4, row0 = T / 4;
         const int tile_row0 = tile_m * kTileRows, tile_col0 = tile_n * kTileCols;
         const uint32_t stage = ptx::smem_addr(smem);  // 32-bit shared addresses: fewer registers
-        Col* col_smem = reinterpret_cast<Col*>(static_cast<char*>(smem) + (ZERO_ACC ? kSmemBytes : 0));
-        const uint32_t col_vectors = stage + (uint32_t)kStageBytes;
+        Col* col_smem = reinterpret_cast<Col*>(static_cast<char*>(smem) + kStageBytes);
+        const uint32_t col_vectors = stage + (uint32_t)(kStageBytes + kColStateBytes);
         constexpr uint32_t kColStride = kTileCols * sizeof(float);
         const uint32_t tile_copies = stage + (uint32_t)kSmemBytes;  // a pass's
         auto copy_chunk = [&](int c) {
@@ -570,8 +562,6 @@ struct TileEpilogue {
         };
         if constexpr (ZERO_ACC) copy_chunk(0);  // in flight with the first segment's reads below
         Row rows[kPasses] = {};
-        Col kept_cols[kChunks][kChunkCols / kHalfCols] = {};  // [chunk][half]: this lane's column after the butterfly
-        int kept_first = 0;  // which of its segment's 8 columns that is (the same every half)
         // A thread's segments, in order: chunk, half, pass (those inside the matrix). Each reads
         // the next one's inputs ahead; the first one's are read here, with thread T's column T of
         // the tile's column vectors, which go to shared memory while (or once) the first chunk is staged.
@@ -675,8 +665,7 @@ struct TileEpilogue {
                         }
                         if (upper) first += kept;
                     }
-                    detail::select_set(kept_cols[c], half, cols[0]);
-                    kept_first = first;
+                    col_smem[warp * kTileCols + c * kChunkCols + col0 + first] = cols[0];
                 }
             }
         }
@@ -691,12 +680,6 @@ struct TileEpilogue {
             }
         }
         if constexpr (kCols) {
-            sync();  // every segment has read the last chunk: its buffer takes the column states
-#pragma unroll
-            for (int c = 0; c < kChunks; c++)
-#pragma unroll
-                for (int half = 0; half < kChunkCols / kHalfCols; half++)
-                    col_smem[warp * kTileCols + c * kChunkCols + half * kHalfCols + 8 * q + kept_first] = kept_cols[c][half];
             sync();
             for (int c = T; c < kTileCols; c += kThreads) {
                 if (tile_col0 + c >= N) continue;

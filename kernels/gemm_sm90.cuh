@@ -136,8 +136,7 @@ struct SmemLayout {
         o.bars = o.b + stages * Cfg::B_BYTES;  // full[stages], empty[stages]
         o.epilogue = (o.bars + 2 * stages * 8 + 127) / 128 * 128;
         o.bytes = o.epilogue + (Cfg::PINGPONG ? 2 : 1) * kEpilogueBytes;
-        // No room to align the base: it is a swizzle atom's boundary already (device_info's probe).
-        o.launch_bytes = o.bytes;
+        o.launch_bytes = o.bytes + 1024;  // room to align the base to a swizzle atom
         return o;
     }
     static constexpr int stages_that_fit() {
@@ -407,11 +406,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #ifdef CODA_SM90_DEVICE
     using Smem = SmemLayout<Cfg, P>;
     extern __shared__ uint8_t smem_raw[];
-    // 128-byte swizzle atoms must start at 1024-byte boundaries (the swizzle is a function of the
-    // address): the base is one (device_info's probe; launch() refuses a device where it is not).
-    // A 32-bit shared address (a generic one would be converted again in every k-block).
-    const uint32_t smem_base = ptx::smem_addr(smem_raw);
-    uint8_t* smem = smem_raw;
+    // 128-byte swizzle atoms must start at 1024-byte boundaries (the swizzle is a function of the address).
+    // Aligned as a shared address (a generic one would be converted again in every k-block).
+    const uint32_t smem_base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+    uint8_t* smem = smem_raw + (smem_base - ptx::smem_addr(smem_raw));
     const uint32_t smem_a = smem_base + Smem::a, smem_b = smem_base + Smem::b;
     const uint32_t full_bar = smem_base + Smem::bars, empty_bar = full_bar + 8 * Smem::kStages;
 
@@ -585,18 +583,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 // ---------------------------------------------------------------- host side
 namespace detail {
 
-// Writes out[0] = 1 where the code that runs was compiled for sm_90a (a build without it runs sm_80
-// code here), and out[1] = the shared address of the dynamic shared memory modulo 1024, where the
-// GEMM kernel's layout starts (its swizzle atoms need 1024-byte boundaries; the layout leaves no
-// room to align a base that is not on one).
-static __global__ void probe_kernel(int* out) {
-    extern __shared__ uint8_t dynamic_smem[];
+// Writes 1 where the code that runs was compiled for sm_90a (a build without it runs sm_80 code here).
+static __global__ void probe_kernel(int* has_sm90a) {
 #ifdef CODA_SM90_DEVICE
-    out[0] = 1;
+    *has_sm90a = 1;
 #else
-    out[0] = 0;
+    *has_sm90a = 0;
 #endif
-    out[1] = (int)(codagpt::ptx::smem_addr(dynamic_smem) % 1024u);
 }
 
 // A switch for measuring the L2 prefetch against none in one binary, read once per process:
@@ -613,7 +606,6 @@ inline int prefetch_k_blocks() {
 
 struct DeviceInfo {
     bool sm90a = false;
-    bool smem_base_aligned = false;  // the dynamic shared memory starts on a 1024-byte boundary
     int sms = 0;
     long l2_bytes = 0;
 };
@@ -630,15 +622,14 @@ inline const DeviceInfo& device_info() {
         CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
         d.l2_bytes = l2;
         if (major == 9 && minor == 0) {
-            int* out = nullptr;
-            int host[2] = {0, 0};
-            CUDA_CHECK(cudaMalloc(&out, sizeof(host)));
-            probe_kernel<<<1, 1, 1024>>>(out);
+            int* flag = nullptr;
+            int host = 0;
+            CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+            probe_kernel<<<1, 1>>>(flag);
             CUDA_CHECK_LAUNCH(probe_kernel);
-            CUDA_CHECK(cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost));
-            CUDA_CHECK(cudaFree(out));
-            d.sm90a = host[0] == 1;
-            d.smem_base_aligned = host[1] == 0;
+            CUDA_CHECK(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaFree(flag));
+            d.sm90a = host == 1;
         }
         return d;
     }();
@@ -833,9 +824,6 @@ template <class Cfg, bool A_MMAJOR, bool B_NMAJOR, class P>
 void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t stream) {
     using Smem = SmemLayout<Cfg, P>;
     auto kernel = gemm_kernel<Cfg, A_MMAJOR, B_NMAJOR, P>;
-    if (!device_info().smem_base_aligned)
-        throw Error("sm90 GEMM: this device's dynamic shared memory does not start on a 1024-byte boundary, "
-                    "which the kernel's shared-memory layout assumes");
     static const bool configured = [&] {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem::launch_bytes));
         return true;
