@@ -1,5 +1,10 @@
 // Throughput of the epilogue's conversion and special-function instructions on one SM (H200):
 // which pipe F2F.BF16.F32, F2FP.BF16.F32.PACK_AB, MUFU.EX2 and MUFU.RCP use, and whether they share it.
+// The program that wrote pipes.txt beside it (bench/NOTES_gemm_sm90.md, fifteenth session), kept as
+// run: not built by CMake. Reading its output: the EX2, F2F, F2FP, EX2 + F2F, EX2 + F2FP and shift
+// rows are measurements. The FFMA (op 0), RCP (op 2) and EX2 + RCP (op 8) rows are not: ptxas
+// folded those chains (no SM issues 10 warp instructions a clock), and EX2 + RCP timed EX2 alone.
+// The integer RNE row (op 7) counts one step of 6 integer instructions as one.
 #include <cstdio>
 #include <cstdint>
 #include <cuda_runtime.h>
@@ -25,7 +30,7 @@ __device__ __forceinline__ void step(float (&x)[kChains]) {
             asm volatile("{ .reg .b16 h; ex2.approx.ftz.f32 %0, %0; cvt.rn.bf16.f32 h, %0; cvt.f32.bf16 %0, h; }" : "+f"(y));
         } else if constexpr (OP == 6) {  // ex2 + F2FP
             asm volatile("{ .reg .b32 p; ex2.approx.ftz.f32 %0, %0; cvt.rn.bf16x2.f32 p, %0, %0; mov.b32 %0, p; }" : "+f"(y));
-        } else if constexpr (OP == 7) {  // integer RNE to bf16 (3 ALU ops) and back
+        } else if constexpr (OP == 7) {  // integer RNE to bf16 and back (6 integer instructions)
             asm volatile("{ .reg .b32 u, b; mov.b32 u, %0; shr.u32 b, u, 16; and.b32 b, b, 1; add.u32 u, u, b; add.u32 u, u, 0x7fff; and.b32 u, u, 0xffff0000; mov.b32 %0, u; }" : "+f"(y));
         } else if constexpr (OP == 8) {  // ex2 + rcp
             asm volatile("ex2.approx.ftz.f32 %0, %0; rcp.approx.ftz.f32 %0, %0;" : "+f"(y));
