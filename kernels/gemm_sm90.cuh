@@ -7,10 +7,10 @@
 //     "empty" one (one arrival per consumer warp once its wgmmas that read the stage completed).
 //     It gives its registers to the consumers (setmaxnreg.dec) and runs ahead into the next tile
 //     while the consumers run this tile's epilogue.
-//   warpgroups 1 and 2 (1 to 4 with paired ping-pong), the consumers: each owns half of the tile's
-//     rows (BM/2; ping-pong: all) and all BN columns, issues wgmma m64nBNk16 (bf16 in, fp32
-//     accumulators in registers) straight from the stages, keeps one k-block of wgmmas in flight
-//     while it waits for the next, and runs the epilogue program on its accumulators.
+//   warpgroups 1 and 2, the consumers: each owns half of the tile's rows (BM/2) and all BN columns,
+//     issues wgmma m64nBNk16 (bf16 in, fp32 accumulators in registers) straight from the stages,
+//     keeps one k-block of wgmmas in flight while it waits for the next, and runs the epilogue
+//     program on its accumulators.
 // Work units (tiles, or with split-K a tile's K splits) are dealt to CTAs round robin in a grouped
 // tile order (up to GROUP_M M-tiles side by side, M fastest), so the CTAs in flight share A rows
 // and B columns in L2. Where a group's operands fit in L2 (half_tiles_pay), edge tiles at most half
@@ -70,22 +70,16 @@ namespace codagpt::coda::sm90 {
 // Cooperative: the two consumers split one tile's rows and run its epilogue together, the tensor
 // cores idle meanwhile. Ping-pong: each consumer owns whole tiles (every other tile of the CTA);
 // the producer fills the ring in tile order, so one consumer's mainloop runs while the other
-// runs its epilogue, and the epilogue's stores drain behind the other's wgmmas. Paired ping-pong:
-// two pairs of consumers take turns as ping-pong's two consumers do, the two warpgroups of a pair
-// splitting a tile's rows as the cooperative ones do: a tile's epilogue runs on 8 warps (2 a
-// scheduler) instead of 4, with 64 accumulators a thread instead of 128 (640 threads: 112 registers
-// a consumer thread).
-enum class Tile { k128x256, k256x128, k128x128, kPingPong128x128, kPairs128x128 };
-constexpr Tile kTiles[] = {Tile::k128x256, Tile::k256x128, Tile::k128x128, Tile::kPingPong128x128,
-                           Tile::kPairs128x128};
-constexpr int kNumTiles = 5;
+// runs its epilogue, and the epilogue's stores drain behind the other's wgmmas.
+enum class Tile { k128x256, k256x128, k128x128, kPingPong128x128 };
+constexpr Tile kTiles[] = {Tile::k128x256, Tile::k256x128, Tile::k128x128, Tile::kPingPong128x128};
+constexpr int kNumTiles = 4;
 inline const char* tile_name(Tile t) {
     switch (t) {
         case Tile::k128x256: return "128x256";
         case Tile::k256x128: return "256x128";
         case Tile::k128x128: return "128x128";
-        case Tile::kPingPong128x128: return "pp128x128";
-        default: return "pairs128x128";
+        default: return "pp128x128";
     }
 }
 
@@ -94,24 +88,14 @@ constexpr int kBK = 64;  // the k-block: K elements a ring stage holds, for ever
 // L2 (a few microseconds: about an HBM round trip more), unless CODAGPT_GEMM_PREFETCH_KBLOCKS says.
 constexpr int kPrefetchKBlocks = 8;
 
-// TILE_WGS: consumer warpgroups a tile (1: ping-pong, 2: cooperative or paired ping-pong).
-template <int BM_, int BN_, int STAGES_, bool PINGPONG_, int TILE_WGS_ = PINGPONG_ ? 1 : 2>
+template <int BM_, int BN_, int STAGES_, bool PINGPONG_>
 struct Config {
     static constexpr int BM = BM_, BN = BN_, BK = kBK, STAGES = STAGES_;
     static constexpr bool PINGPONG = PINGPONG_;
-    static constexpr int TILE_WGS = TILE_WGS_;
-    static constexpr int GROUPS = PINGPONG ? 2 : 1;  // groups of TILE_WGS consumers taking turns
-    static constexpr int THREADS = 128 * (1 + GROUPS * TILE_WGS);  // the producer warpgroup + the consumers
-    // setmaxnreg: the producer gives registers to the consumers (THREADS * the launch bound's
-    // registers, 168 at 384 threads and 96 at 640, are the CTA's).
-    static constexpr int PRODUCER_REGS = THREADS == 384 ? 40 : 24, CONSUMER_REGS = THREADS == 384 ? 232 : 112;
-    static_assert(THREADS == 384 || THREADS == 640, "register split for 3 or 5 warpgroups");
-    static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * (THREADS - 128) <= 65536 / THREADS / 8 * 8 * THREADS,
-                  "setmaxnreg within the launch bound's registers");
-    static constexpr int WG_ROWS = BM / TILE_WGS;  // rows of one consumer warpgroup
+    static constexpr int WG_ROWS = PINGPONG ? BM : BM / 2;  // rows of one consumer warpgroup
     static constexpr int FM = WG_ROWS / 64;  // m64 wgmmas per k16 step per consumer
     static constexpr int FN = BN / 8;        // n8 accumulator fragments per wgmma row block
-    static constexpr int WARPS_M = 4 * TILE_WGS;  // warps running one tile's epilogue, stacked along M
+    static constexpr int WARPS_M = PINGPONG ? 4 : 8;  // warps running one tile's epilogue, stacked along M
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     static constexpr int GROUP_M = 16;  // M-tiles a group of the tile order, at most (group_m_for)
     static_assert(FM >= 1 && FM * BN <= 256 && (BN == 128 || BN == 256),
@@ -121,13 +105,14 @@ using Cfg128x256 = Config<128, 256, 4, false>;
 using Cfg256x128 = Config<256, 128, 4, false>;
 using Cfg128x128 = Config<128, 128, 6, false>;
 using CfgPingPong128x128 = Config<128, 128, 6, true>;
-using CfgPairs128x128 = Config<128, 128, 6, true, 2>;
 
-// Named barriers of the threads running one tile's epilogue (0 is __syncthreads): 1 + group (the
-// consumers of a tile: both in cooperative, one in ping-pong, a pair in paired ping-pong).
+constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128*40 + 256*232 <= 64K registers
+// Named barriers of the threads running one tile's epilogue (0 is __syncthreads): 1 for both
+// consumers (cooperative), 1 + consumer for one (ping-pong).
 constexpr int kEpilogueBarrier = 1;
-// Ping-pong order: group c may start a tile's mainloop once barrier kOrderBarrier + c is
-// complete, i.e. once the other group has issued its previous tile's wgmmas. Then every ring
+// Ping-pong order: consumer c may start a tile's mainloop once barrier kOrderBarrier + c is
+// complete, i.e. once the other consumer has issued its previous tile's wgmmas. Then every ring
 // slot before this tile's first is filled, so the stage barriers are at most one phase behind
 // and their parity waits cannot mistake an older phase for the awaited one.
 constexpr int kOrderBarrier = 3;
@@ -150,7 +135,7 @@ struct SmemLayout {
         o.b = stages * Cfg::A_BYTES;
         o.bars = o.b + stages * Cfg::B_BYTES;  // full[stages], empty[stages]
         o.epilogue = (o.bars + 2 * stages * 8 + 127) / 128 * 128;
-        o.bytes = o.epilogue + Cfg::GROUPS * kEpilogueBytes;
+        o.bytes = o.epilogue + (Cfg::PINGPONG ? 2 : 1) * kEpilogueBytes;
         o.launch_bytes = o.bytes + 1024;  // room to align the base to a swizzle atom
         return o;
     }
@@ -382,7 +367,7 @@ struct EpilogueSync {
 template <class Cfg, class Acc, class Sync>
 __device__ bool reduce_splits(const Params& params, Acc& acc, int tile, int split, const Sync& sync) {
     constexpr int kThreadsPerTile = Cfg::WARPS_M * 32, kUnitFloat4s = Cfg::BM * Cfg::BN / 4;
-    const int tid = (threadIdx.x - 128) % kThreadsPerTile;
+    const int tid = Cfg::PINGPONG ? threadIdx.x % 128 : threadIdx.x - 128;
     float4* const part = params.partials + (long)tile * (params.splits - 1) * kUnitFloat4s + tid;
     if (split < params.splits - 1) {
         float4* const out = part + (long)split * kUnitFloat4s;
@@ -416,7 +401,7 @@ __device__ bool reduce_splits(const Params& params, Acc& acc, int tile, int spli
 
 // ---------------------------------------------------------------- the kernel
 template <class Cfg, bool A_MMAJOR, bool B_NMAJOR, class P>
-__global__ void __launch_bounds__(Cfg::THREADS, 1)
+__global__ void __launch_bounds__(kThreads, 1)
     gemm_kernel(const __grid_constant__ Params params, const __grid_constant__ P program) {
 #ifdef CODA_SM90_DEVICE
     using Smem = SmemLayout<Cfg, P>;
@@ -448,7 +433,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     const int warpgroup = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     if (warpgroup == 0) {
         // ------------------------------------------------ producer
-        ptx::setmaxnreg_dec<Cfg::PRODUCER_REGS>();
+        ptx::setmaxnreg_dec<kProducerRegs>();
         if (threadIdx.x != 0) return;
         int stage = 0;
         uint32_t phase = 0;
@@ -482,9 +467,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         }
     } else {
         // ------------------------------------------------ consumers
-        ptx::setmaxnreg_inc<Cfg::CONSUMER_REGS>();
-        // Which tiles (ping-pong: every other one), and which part of their rows.
-        const int group = (warpgroup - 1) / Cfg::TILE_WGS, part = (warpgroup - 1) % Cfg::TILE_WGS;
+        ptx::setmaxnreg_inc<kConsumerRegs>();
+        const int consumer = warpgroup - 1;  // which half of the tile's rows, or (ping-pong) which tiles
         const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x / 32 % 4, 0), lane = threadIdx.x % 32;
         // acc[fm][fn][4]: wgmma's m64nN accumulator, fragment (fm, fn) of this warp at rows
         // warp_row0 + fm*64 + {g, g+8}, columns fn*8 + 2t + {0, 1} (lane = 4g + t).
@@ -494,19 +478,19 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         // K-major: rows at 128 bytes, k16 steps 32 bytes along the swizzled row.
         // MN-major: 64-element atoms of 64 k-rows (8192 bytes), k16 steps 16 rows = 2048 bytes.
         constexpr uint32_t kAStep = A_MMAJOR ? 2048 : 32, kBStep = B_NMAJOR ? 2048 : 32;
-        const uint32_t a_row0 = part * Cfg::WG_ROWS;
+        const uint32_t a_row0 = Cfg::PINGPONG ? 0 : consumer * Cfg::WG_ROWS;
         const uint32_t a_base = smem_a + (A_MMAJOR ? a_row0 / 64 * 8192 : a_row0 * 128);
         constexpr uint32_t kAFmStride = A_MMAJOR ? 8192 : 64 * 128;
         const uint32_t a_desc0 = ptx::desc_lo(a_base), b_desc0 = ptx::desc_lo(smem_b);
         using Epilogue = EpilogueOf<Cfg, P>;
-        const EpilogueSync<Cfg::WARPS_M * 32> sync{kEpilogueBarrier + group};
-        uint8_t* epilogue_smem = smem + Smem::epilogue + group * Smem::kEpilogueBytes;
-        const int warp_m = part * 4 + warp;
+        const EpilogueSync<Cfg::WARPS_M * 32> sync{kEpilogueBarrier + (Cfg::PINGPONG ? consumer : 0)};
+        uint8_t* epilogue_smem = smem + Smem::epilogue + (Cfg::PINGPONG ? consumer * Smem::kEpilogueBytes : 0);
+        const int warp_m = Cfg::PINGPONG ? warp : consumer * 4 + warp;
 
         // The CTA's i-th unit is blockIdx.x + i * gridDim.x; its k-blocks are the next ring slots from
         // `slot` (the k-blocks of the CTA's units before it), in the order the producer fills them.
-        const int first = group, step = Cfg::GROUPS;
-        int slot = group == 1 ? unit_k_blocks(blockIdx.x) : 0;
+        const int first = Cfg::PINGPONG ? consumer : 0, step = Cfg::PINGPONG ? 2 : 1;
+        int slot = Cfg::PINGPONG && consumer == 1 ? unit_k_blocks(blockIdx.x) : 0;
         for (int i = first, u = blockIdx.x + first * gridDim.x; u < units; i += step, u += step * gridDim.x) {
             const int tile = u / params.splits, split = u % params.splits, k_blocks = unit_k_blocks(u);
             const TileCoord tc = tile_coord(tile, params.tiles_m, params.tiles_n, params.group_m);
@@ -561,8 +545,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                 }
                 // Ends the wgmmas' pipeline in the variant itself: where the variants join, the
                 // accumulators are final (else ptxas serializes every wgmma, C7515).
-                if (Cfg::PINGPONG && u + gridDim.x < units)
-                    ptx::named_barrier_arrive(kOrderBarrier + 1 - group, 2 * Cfg::WARPS_M * 32);
+                if (Cfg::PINGPONG && u + gridDim.x < units) ptx::named_barrier_arrive(kOrderBarrier + 1 - consumer, 256);
                 ptx::wgmma_wait<0>();
                 if (lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
 #pragma unroll
@@ -578,16 +561,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
             };
             // Of this consumer's rows, those in the matrix (without half tiles: all).
             const int rows = params.half_tiles ? params.M - tc.m * Cfg::BM - (int)a_row0 : Cfg::WG_ROWS;
-            if (Cfg::PINGPONG && i > 0) ptx::named_barrier_sync(kOrderBarrier + group, 2 * Cfg::WARPS_M * 32);
+            if (Cfg::PINGPONG && i > 0) ptx::named_barrier_sync(kOrderBarrier + consumer, 256);
             if (rows > (Cfg::FM - 1) * 64) {
                 mainloop_cols(std::integral_constant<int, Cfg::FM>{});
-            } else if (rows <= 0) {  // a tile's second consumer, below the matrix
-                if constexpr (Cfg::TILE_WGS == 2) mainloop_cols(std::integral_constant<int, 0>{});
+            } else if (rows <= 0) {  // a cooperative tile's second consumer, below the matrix
+                if constexpr (!Cfg::PINGPONG) mainloop_cols(std::integral_constant<int, 0>{});
             } else {
                 if constexpr (Cfg::FM == 2) mainloop_cols(std::integral_constant<int, 1>{});
             }
 
-            slot += k_blocks + (Cfg::PINGPONG ? unit_k_blocks(u + gridDim.x) : 0);  // ping-pong: and the other group's next
+            slot += k_blocks + (Cfg::PINGPONG ? unit_k_blocks(u + gridDim.x) : 0);  // ping-pong: and the other's next
 
             if (params.splits == 1 || reduce_splits<Cfg>(params, acc, tile, split, sync))
                 Epilogue::run(program, acc, tc.m * Cfg::BM + a_row0 + warp * 16, tc.n * Cfg::BN, warp_m, 0, tc.m,
@@ -750,16 +733,6 @@ inline bool splits_fit(int k_blocks, int splits) {
     return splits >= 1 && splits <= kMaxSplits && (splits - 1) * split_k_blocks(k_blocks, splits) < k_blocks;
 }
 
-// Paired ping-pong wherever ping-pong would run (CODAGPT_GEMM_PAIRS=1), read once per process: a
-// switch for measuring the two against each other in one binary.
-inline bool pairs_for_pingpong() {
-    static const bool on = [] {
-        const char* v = std::getenv("CODAGPT_GEMM_PAIRS");
-        return v != nullptr && std::atoi(v) == 1;
-    }();
-    return on;
-}
-
 inline Plan choose_plan(const GemmProblem& prob, int sms) {
     // Estimated time ~ (work units per CTA) * tile area * cost per element of the configuration
     // * (k-blocks per unit, plus the partial's cost when split). Splitting K pays where the tiles
@@ -768,7 +741,7 @@ inline Plan choose_plan(const GemmProblem& prob, int sms) {
     Plan best;
     double best_cost = 1e300;
     for (Tile t : kTiles)
-        for (int s = 1; s <= kMaxSplits && t != Tile::kPairs128x128; s++) {
+        for (int s = 1; s <= kMaxSplits; s++) {
             const int per_split = split_k_blocks(k_blocks, s);
             if (s > 1 && (per_split < kMinSplitKBlocks || !splits_fit(k_blocks, s))) break;
             const long units = (long)n_tiles(prob.M, tile_m(t)) * n_tiles(prob.N, tile_n(t)) * s;
@@ -784,7 +757,6 @@ inline Plan choose_plan(const GemmProblem& prob, int sms) {
                 best_cost = cost;
             }
         }
-    if (best.tile == Tile::kPingPong128x128 && pairs_for_pingpong()) best.tile = Tile::kPairs128x128;
     return best;
 }
 
@@ -885,7 +857,7 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
     params.half_tiles = half_tiles_pay(prob, Cfg::BM, Cfg::GROUP_M, device_info().l2_bytes);
     params.group_m = params.half_tiles ? group_m_for(TileGrid::of(prob.M, prob.N, Cfg::BM, Cfg::BN), splits, grid, Cfg::GROUP_M)
                                        : Cfg::GROUP_M;
-    kernel<<<grid, Cfg::THREADS, Smem::launch_bytes, stream>>>(params, program);
+    kernel<<<grid, kThreads, Smem::launch_bytes, stream>>>(params, program);
     CUDA_CHECK_LAUNCH(gemm_kernel);
 }
 
@@ -920,7 +892,6 @@ void gemm_with_plan(const P& program, const GemmProblem& prob, Plan plan, cudaSt
         case Tile::k256x128: launch_layouts<Cfg256x128>(program, prob, plan.splits, stream); break;
         case Tile::k128x128: launch_layouts<Cfg128x128>(program, prob, plan.splits, stream); break;
         case Tile::kPingPong128x128: launch_layouts<CfgPingPong128x128>(program, prob, plan.splits, stream); break;
-        case Tile::kPairs128x128: launch_layouts<CfgPairs128x128>(program, prob, plan.splits, stream); break;
     }
 }
 
