@@ -51,8 +51,9 @@ python3 - "$json" "$md" <<'EOF'
 import json, sys
 records = json.load(open(sys.argv[1]))
 rows = ["| model | recompute | unfused tok/s | coda tok/s | speedup | unfused GiB | coda GiB | memory saved | "
-        "MFU unfused | MFU coda | val loss unfused | val loss coda | rel. diff | torch.compile tok/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "MFU unfused | MFU coda | val loss unfused | val loss coda | rel. diff | torch.compile tok/s | "
+        "J/step unfused | J/step coda | W unfused / coda (limit) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 rows_of = []  # (model, recompute) in the order measured
 for r in records:
     if r.get("system") == "codagpt" and (r.get("model"), r.get("recompute")) not in rows_of:
@@ -61,6 +62,7 @@ def pick(model, **kv):
     found = [r for r in records if r.get("model") == model and all(r.get(k) == v for k, v in kv.items())]
     return found[-1] if found else None
 fmt = lambda x, f: "-" if x is None else f.format(x)
+limit = lambda u, c: (c or {}).get("power_limit_w") or (u or {}).get("power_limit_w")  # the GPU's, in W
 for m, rc in rows_of:
     u = pick(m, system="codagpt", fusion="unfused", recompute=rc)
     c = pick(m, system="codagpt", fusion="coda", recompute=rc)
@@ -73,7 +75,9 @@ for m, rc in rows_of:
         fmt(speed, "{:.3f}x"), fmt(get(u, "peak_mem_gib"), "{:.1f}"), fmt(get(c, "peak_mem_gib"), "{:.1f}"),
         fmt(mem, "{:.1%}"), fmt(get(u, "mfu"), "{:.1%}"), fmt(get(c, "mfu"), "{:.1%}"),
         fmt(get(u, "val_loss"), "{:.4f}"), fmt(get(c, "val_loss"), "{:.4f}"), fmt(rel, "{:.3%}"),
-        fmt(get(p, "tok_s"), "{:,.0f}")]) + " |")
+        fmt(get(p, "tok_s"), "{:,.0f}"), fmt(get(u, "energy_j_step"), "{:.1f}"), fmt(get(c, "energy_j_step"), "{:.1f}"),
+        fmt(get(u, "power_w"), "{:.0f}") + " / " + fmt(get(c, "power_w"), "{:.0f}") +
+        ("" if limit(u, c) is None else " ({:.0f})".format(limit(u, c)))]) + " |")
 open(sys.argv[2], "w").write("\n".join(rows) + "\n")
 print("\n".join(rows))
 EOF

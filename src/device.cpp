@@ -1,7 +1,10 @@
 #include "device.hpp"
 
+#include <utility>
+
 #ifdef CODAGPT_HAVE_CUDA
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #endif
 
 namespace codagpt {
@@ -38,6 +41,65 @@ double peak_bf16_flops(const std::string& name) {
     for (const Peak& p : table)
         if (name.find(p.match) != std::string::npos) return p.flops;
     return 0;
+}
+
+// ---------------------------------------------------------------- GpuEnergy
+// The few NVML entry points used, declared as nvml.h declares them (a stable C ABI).
+struct GpuEnergy::Nvml {
+    using Device = struct nvmlDevice_st*;
+    using Return = int;  // nvmlReturn_t; 0 is NVML_SUCCESS
+    void* lib = nullptr;
+    Device device = nullptr;
+    Return (*shutdown)() = nullptr;
+    Return (*total_energy)(Device, unsigned long long*) = nullptr;  // millijoules
+    Return (*power_limit)(Device, unsigned int*) = nullptr;          // milliwatts
+    ~Nvml() {
+#ifdef CODAGPT_HAVE_CUDA
+        if (shutdown) shutdown();
+        if (lib) dlclose(lib);
+#endif
+    }
+};
+
+GpuEnergy::GpuEnergy(std::unique_ptr<Nvml> nvml) : nvml_(std::move(nvml)) {}
+GpuEnergy::~GpuEnergy() = default;
+
+std::unique_ptr<GpuEnergy> GpuEnergy::open() {
+#ifdef CODAGPT_HAVE_CUDA
+    int dev = 0;
+    char bus_id[32] = {};
+    if (cuda_device_count() == 0 || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    auto nvml = std::make_unique<Nvml>();
+    nvml->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!nvml->lib) return nullptr;
+    auto sym = [&](const char* name) { return dlsym(nvml->lib, name); };
+    auto init = reinterpret_cast<Nvml::Return (*)()>(sym("nvmlInit_v2"));
+    auto by_bus = reinterpret_cast<Nvml::Return (*)(const char*, Nvml::Device*)>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
+    nvml->total_energy = reinterpret_cast<decltype(nvml->total_energy)>(sym("nvmlDeviceGetTotalEnergyConsumption"));
+    nvml->power_limit = reinterpret_cast<decltype(nvml->power_limit)>(sym("nvmlDeviceGetEnforcedPowerLimit"));
+    auto shutdown = reinterpret_cast<Nvml::Return (*)()>(sym("nvmlShutdown"));
+    if (!init || !by_bus || !nvml->total_energy || !nvml->power_limit || !shutdown || init() != 0) return nullptr;
+    nvml->shutdown = shutdown;  // initialised: shut down with the object
+    unsigned long long mj = 0;
+    if (by_bus(bus_id, &nvml->device) != 0 || nvml->total_energy(nvml->device, &mj) != 0) return nullptr;
+    return std::unique_ptr<GpuEnergy>(new GpuEnergy(std::move(nvml)));
+#else
+    return nullptr;
+#endif
+}
+
+double GpuEnergy::joules() const {
+    unsigned long long mj = 0;
+    return nvml_->total_energy(nvml_->device, &mj) == 0 ? mj * 1e-3 : -1;
+}
+
+double GpuEnergy::power_limit_w() const {
+    unsigned int mw = 0;
+    return nvml_->power_limit(nvml_->device, &mw) == 0 ? mw * 1e-3 : -1;
 }
 
 }  // namespace codagpt

@@ -270,6 +270,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // Samples are rank 0's (the weights are the same on every rank).
     const std::unique_ptr<Decoder> sampler = cfg.sample_every > 0 && lead ? model->make_decoder() : nullptr;
     const std::string gpu = model->device_memory_mib() >= 0 ? cuda_device_name() : "";
+    // The lead rank's GPU energy a step (null where NVML or its counter is missing).
+    const std::unique_ptr<GpuEnergy> energy = lead && !gpu.empty() ? GpuEnergy::open() : nullptr;
     // FLOPs per token of forward + backward: 6N for the weights, 6LCT for causal attention scores.
     const double flops_per_token = 6.0 * model->num_params() + 6.0 * mc.n_layer * mc.n_embd * T;
     const double peak = peak_bf16_flops(gpu) * ranks;  // MFU of the job: one GPU per rank
@@ -345,7 +347,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // ---- the step loop
     StopSignals signals;
     double train_seconds = 0, last_loss = 0, memory_mib = -1;
-    std::vector<double> step_ms;
+    std::vector<double> step_ms, step_joules;  // step_joules: beside step_ms where `energy` reads (NaN: a failed read)
     std::vector<StepPhases> phases;  // --phase-times: each updated step's
     int bad_in_a_row = 0;
     double avg_seconds = 0;  // for the live line
@@ -361,6 +363,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             for (TracedKernel& k : trace_kernels(f)) traced.push_back(std::move(k));
         };
         const auto t0 = clock::now();
+        const double joules0 = energy ? energy->joules() : -1;  // the GPU is idle: the last step synchronized
         model->zero_grad();
         double loss = 0;
         traced_run([&] {
@@ -397,6 +400,10 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
             train_seconds += seconds;
             step_ms.push_back(seconds * 1e3);
+            if (energy) {
+                const double joules1 = energy->joules();
+                step_joules.push_back(joules0 >= 0 && joules1 >= 0 ? joules1 - joules0 : NAN);
+            }
             last_loss = loss;
             if (step == std::min(cfg.steps - 1, first_step + 2)) memory_mib = model->device_memory_mib();
             const double tok_s = tokens_per_step / seconds;
@@ -465,9 +472,24 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     const double val_loss = eval_and_log(cfg.steps);
     if (cfg.sample_every > 0) sample_and_log(cfg.steps);
     if (!lead) return 0;
+    // Steady state: the steps after the first few (allocation, caches, autotuning).
+    const size_t skip = std::min<size_t>(3, step_ms.size() / 2);
+    // The GPU's energy a steady step and its mean power over those steps (NaN where unmeasured).
+    double energy_j_step = NAN, power_w = NAN;
+    if (step_joules.size() == step_ms.size() && step_ms.size() > skip) {
+        double joules = 0, seconds = 0;
+        for (size_t i = skip; i < step_ms.size(); i++) joules += step_joules[i], seconds += step_ms[i] / 1e3;
+        energy_j_step = joules / (double)(step_ms.size() - skip);
+        power_w = joules / seconds;
+    }
+    const double power_limit_w = energy ? energy->power_limit_w() : -1;
     std::printf("done: %d steps in %.1f s | final train loss %.4f | val loss %.4f | %.0f tok/s", steps_run,
                 train_seconds, last_loss, val_loss, steps_run > 0 ? tokens_per_step * steps_run / train_seconds : 0.0);
     if (memory_mib >= 0) std::printf(" | device memory %.0f MiB", memory_mib);
+    if (std::isfinite(energy_j_step)) {
+        std::printf(" | %.1f J/step at %.0f W", energy_j_step, power_w);
+        if (power_limit_w > 0) std::printf(" (limit %.0f W)", power_limit_w);
+    }
     std::printf("\n");
     nlohmann::json phase_json;  // --phase-times: steady-state medians, after the first two steps
     if (!phases.empty()) {
@@ -478,8 +500,6 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     }
 
     if (!opt.bench_json.empty() && !step_ms.empty()) {
-        // Steady state: the median step after the first few (allocation, caches, autotuning).
-        const size_t skip = std::min<size_t>(3, step_ms.size() / 2);
         const double ms = median(std::vector<double>(step_ms.begin() + skip, step_ms.end()));
         const double tok_s = tokens_per_step / (ms / 1e3);
         nlohmann::json rec = {{"kind", "train"},
@@ -501,6 +521,11 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
                               {"val_loss", val_loss},
                               {"steps", cfg.steps}};
         if (!phase_json.is_null()) rec["phase_ms"] = phase_json;
+        if (std::isfinite(energy_j_step)) {
+            rec["energy_j_step"] = energy_j_step;  // the lead rank's GPU
+            rec["power_w"] = power_w;
+            rec["power_limit_w"] = power_limit_w > 0 ? nlohmann::json(power_limit_w) : nlohmann::json(nullptr);
+        }
         stamp_record(rec, opt.command);
         append_record(opt.bench_json, rec);
         std::printf("benchmark record appended to %s\n", opt.bench_json.c_str());

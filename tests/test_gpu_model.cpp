@@ -3,11 +3,13 @@
 // below are a few bf16 roundings (2^-8 = 3.9e-3 relative each) compounded through the layers.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <utility>
 
 #include "backend.hpp"
+#include "device.hpp"
 #include "gpu_test_util.hpp"
 #include "model_cpu.hpp"
 #include "model_gpu.hpp"
@@ -170,4 +172,37 @@ TEST(GPUModel, RecomputeChangesNoBits) {
             EXPECT_TRUE(recomputed.second == kept.second) << (coda ? "fused" : "unfused") << ", " << recompute_name(r);
         }
     }
+}
+
+// The energy meter behind the train records' energy_j_step: on a GPU its counter advances while
+// the GPU trains, at a power between idle and the limit it reports.
+TEST(GPUModel, EnergyCounterAdvancesWhileTraining) {
+    REQUIRE_GPU();
+    const std::unique_ptr<GpuEnergy> energy = GpuEnergy::open();
+    ASSERT_TRUE(energy) << "no NVML energy counter for this GPU (libnvidia-ml.so.1 or the counter is missing)";
+    const double limit = energy->power_limit_w();
+    EXPECT_GT(limit, 0);
+    TrainConfig tc;
+    tc.model = ModelConfig{2, 4, 64, 64, 50257};
+    tc.batch_size = 4;
+    tc.seq_len = 64;
+    const std::unique_ptr<TrainBackend> gpu = make_gpu_backend(tc, {});
+    const auto in = random_tokens(4 * 64, 512, 1), tg = random_tokens(4 * 64, 512, 2);
+    // Long enough for several updates of the driver's counter.
+    const auto t0 = std::chrono::steady_clock::now();
+    const double j0 = energy->joules();
+    double seconds = 0;
+    while (seconds < 1.0) {
+        gpu->zero_grad();
+        gpu->forward_backward(in.data(), tg.data(), 1.0f);
+        gpu->update(1e-4, tc);  // synchronizes
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    const double j1 = energy->joules();
+    ASSERT_GE(j0, 0);
+    ASSERT_GE(j1, 0);
+    const double watts = (j1 - j0) / seconds;
+    std::printf("  %.1f J in %.2f s: %.0f W (limit %.0f W)\n", j1 - j0, seconds, watts, limit);
+    EXPECT_GT(watts, 10);
+    EXPECT_LT(watts, 1.2 * limit);
 }
