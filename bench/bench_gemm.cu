@@ -4,7 +4,7 @@
 // against the plain GEMM of that shape; then the passes without a GEMM (QkvGradient at 350M and
 // 1.5B, CrossEntropyGradient) against a device-to-device copy of the bytes they must move.
 //
-//   bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING]
+//   bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING] [--no-fused] [--energy SECONDS]
 //
 // Each shape: a correctness check against cuBLASLt's output (relative Frobenius error, our
 // output poisoned with NaN first), then --reps timed rounds (CUDA events, after warm-up), each
@@ -16,6 +16,16 @@
 // plan: its tile configuration and split-K factor, "/kS" in the tile column). Prints a table, the
 // geometric-mean ratio last, and appends "gemm" records (../shared/design/RESULTS.md, with
 // paired_ratio) to --json.
+// --energy S: the GPU draws up to its power limit under long GEMM runs (the H200 caps at 700 W,
+// and the trainer runs there), so the short timed rounds above need not rank the contenders as a
+// training step does. With --energy each 1.5B shape also runs each contender back to back for
+// about S seconds after a quarter of that as warm-up, and reads the GPU's energy counter (NVML)
+// around the run: ms a call, joules a call, mean watts. Contenders: cuBLASLt and our plan (with
+// --sweep every tile configuration) for the plain shapes; for the fused programs cuBLASLt's plain
+// GEMM, our plain GEMM and the program, each program on every tile configuration with --sweep.
+// Records of program "...:energy" carry ours_ms / ours_j / ours_w and the same of the reference.
+// NVML's counter is coarse: on the H200, windows of 0.6 s gave the ms a call steadily but the
+// same contender's J a call 20% apart between runs (bench/NOTES_gemm_sm90.md, seventeenth session).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +39,7 @@
 
 #include "coda_programs.cuh"
 #include "common.cuh"
+#include "device.hpp"
 #include "gemm.cuh"
 #include "gemm_sm90.cuh"
 #include "matmul.cuh"
@@ -219,6 +230,11 @@ struct Row {
     double ratio;  // median of the rounds' ours / reference times
 };
 
+// A contender run back to back (energy mode): ms a call, joules a call, mean watts.
+struct Sustained {
+    double ms = NAN, j = NAN, w = NAN;
+};
+
 struct Bench {
     Matmul mm;
     int reps = 30;
@@ -228,6 +244,64 @@ struct Bench {
     std::vector<Row> plain_rows, fused_rows;
     FILE* log = stdout;
     int failures = 0;
+    double energy_seconds = 0;           // --energy: how long each contender runs back to back
+    std::unique_ptr<GpuEnergy> meter;    // NVML's energy counter, where --energy asked for it
+
+    // f(i) called back to back for about energy_seconds (est_ms: a call's time in the timed
+    // rounds), after a quarter of that untimed; the energy counter read once the GPU is idle.
+    template <class F>
+    Sustained sustained(F&& f, double est_ms) {
+        const int n = std::max(8, (int)(energy_seconds * 1e3 / std::max(est_ms, 1e-3)));
+        for (int i = 0; i < n / 4; i++) f(i);
+        cudaEvent_t start, stop;
+        CUDA_CHECK(cudaEventCreate(&start));
+        CUDA_CHECK(cudaEventCreate(&stop));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const double j0 = meter->joules();
+        CUDA_CHECK(cudaEventRecord(start));
+        for (int i = 0; i < n; i++) f(i);
+        CUDA_CHECK(cudaEventRecord(stop));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        const double j1 = meter->joules();
+        float ms = 0.f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        CUDA_CHECK(cudaEventDestroy(start));
+        CUDA_CHECK(cudaEventDestroy(stop));
+        Sustained r;
+        r.ms = ms / n;
+        if (j0 >= 0 && j1 >= 0) {
+            r.j = (j1 - j0) / n;
+            r.w = (j1 - j0) / (ms * 1e-3);
+        }
+        return r;
+    }
+    bool energy_for(const Shape& s) const { return meter && s.model == "1.5b"; }
+    void print_energy(const char* what, const Sustained& e) {
+        fprintf(log, "    energy %-26s %9.4f ms %8.4f J %5.0f W\n", what, e.ms, e.j, e.w);
+        fflush(log);
+    }
+    void record_energy(const Shape& s, const std::string& program, const std::string& tile, const Sustained& e,
+                       const char* ref_name, const Sustained& ref) {
+        if (json.empty()) return;
+        nlohmann::json r;
+        r["kind"] = "gemm";
+        r["gpu"] = gpu;
+        r["shape"] = {{"M", s.M}, {"N", s.N}, {"K", s.K}, {"layout", s.layout()}};
+        r["model"] = s.model;
+        r["gemm"] = s.name;
+        r["program"] = program + ":energy";
+        r["tile"] = tile;
+        r["sustained_s"] = energy_seconds;
+        r["ours_ms"] = e.ms;
+        r["ours_tflops"] = s.flops() / e.ms * 1e-9;
+        r["ours_j"] = e.j;
+        r["ours_w"] = e.w;
+        r[std::string(ref_name) + "_ms"] = ref.ms;
+        r[std::string(ref_name) + "_j"] = ref.j;
+        r[std::string(ref_name) + "_w"] = ref.w;
+        stamp_record(r, command);
+        append_record(json, r);
+    }
 
     // t: ours against the reference named ref_key ("cublaslt_ms", "plain_ms" or "copy_ms"); `more`:
     // further keys of the record.
@@ -326,6 +400,19 @@ struct Bench {
         fflush(log);
         plain_rows.push_back({label, t.ratio});
         record(s, "plain", t, "cublaslt_ms", tile, err);
+        if (!energy_for(s)) return;
+        const Sustained lt = sustained([&](int r) { cublas_gemm(mm, s, a[r % sets], b[r % sets], ref); }, t.ref_ms);
+        print_energy("cuBLASLt", lt);
+        const Sustained plan = sustained([&](int r) { run_ours(r % sets, -1); }, t.ms);
+        print_energy(("ours " + tile).c_str(), plan);
+        record_energy(s, "plain", tile, plan, "cublaslt", lt);
+        if (sweep)
+            for (int k = 0; k < sm90::kNumTiles; k++) {
+                const Sustained e = sustained([&](int r) { run_ours(r % sets, k); }, t.ms);
+                const std::string name = sm90::tile_name(sm90::kTiles[k]);
+                print_energy(("ours " + name).c_str(), e);
+                record_energy(s, "plain", name, e, "cublaslt", lt);
+            }
     }
 
     // A fused program on `s` against our plain GEMM of the same shape and output type.
@@ -341,17 +428,35 @@ struct Bench {
         const TileShape ts = sm90::tile_shape(prob);
         const auto program = make(buf, prob, ts);
         void* plain_out = s.accumulate ? (void*)buf.get<float>(out_n) : (void*)buf.get<bf16>(out_n);
-        const PairedTimes t = paired_median_ms(
-            [&](int) {
-                if (s.accumulate) sm90::gemm(plain_accumulate((float*)plain_out, s.N), prob, 0);
-                else sm90::gemm(plain_store((bf16*)plain_out, s.N), prob, 0);
-            },
-            [&](int) { sm90::gemm(program, prob, 0); }, reps);
+        auto run_plain = [&](int) {
+            if (s.accumulate) sm90::gemm(plain_accumulate((float*)plain_out, s.N), prob, 0);
+            else sm90::gemm(plain_store((bf16*)plain_out, s.N), prob, 0);
+        };
+        const PairedTimes t = paired_median_ms(run_plain, [&](int) { sm90::gemm(program, prob, 0); }, reps);
         const std::string label = "1.5b " + s.name + " " + name;
         fprintf(log, "%-36s %9.4f %9.4f %6.3f\n", label.c_str(), t.ms, t.ref_ms, t.ratio);
         fflush(log);
         fused_rows.push_back({label, t.ratio});
         record(s, name, t, "plain_ms", plan_name(prob), NAN);
+        if (!energy_for(s)) return;
+        const Sustained lt = sustained([&](int) { cublas_gemm(mm, s, a, b, plain_out); }, t.ref_ms);
+        print_energy("cuBLASLt plain", lt);
+        const Sustained plain = sustained(run_plain, t.ref_ms);
+        print_energy(("ours plain " + plan_name(prob)).c_str(), plain);
+        record_energy(s, "plain", plan_name(prob), plain, "cublaslt", lt);
+        const Sustained prog = sustained([&](int) { sm90::gemm(program, prob, 0); }, t.ms);
+        print_energy((name + " " + plan_name(prob)).c_str(), prog);
+        record_energy(s, name, plan_name(prob), prog, "cublaslt", lt);
+        if (sweep)
+            for (int k = 0; k < sm90::kNumTiles; k++) {
+                // partials buffers sized for this tile configuration
+                const auto tiled = make(buf, prob, sm90::detail::tile_shape_of(sm90::kTiles[k]));
+                const Sustained e = sustained(
+                    [&](int) { sm90::detail::gemm_with_plan(tiled, prob, {sm90::kTiles[k], 1}, 0); }, t.ms);
+                const std::string tile = sm90::tile_name(sm90::kTiles[k]);
+                print_energy((name + " " + tile).c_str(), e);
+                record_energy(s, name, tile, e, "cublaslt", lt);
+            }
     }
 
     // Filled inputs and the outputs of a fold's dz producer, for the programs below.
@@ -541,8 +646,14 @@ int run(int argc, char** argv) {
         else if (a == "--sweep") bench.sweep = true;
         else if (a == "--only") only = next();
         else if (a == "--no-fused") fused = false;
+        else if (a == "--energy") bench.energy_seconds = std::stod(next());
         else throw Error("bench_gemm: unknown option " + a +
-                         " (usage: bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING] [--no-fused])");
+                         " (usage: bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING] [--no-fused]"
+                         " [--energy SECONDS])");
+    }
+    if (bench.energy_seconds > 0) {
+        bench.meter = GpuEnergy::open();
+        if (!bench.meter) throw Error("bench_gemm: --energy needs NVML's energy counter (libnvidia-ml.so.1)");
     }
     bench.command = join_command(argc, argv);
     if (!sm90::available()) {

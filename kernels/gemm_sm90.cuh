@@ -11,6 +11,9 @@
 //     issues wgmma m64nBNk16 (bf16 in, fp32 accumulators in registers) straight from the stages,
 //     keeps one k-block of wgmmas in flight while it waits for the next, and runs the epilogue
 //     program on its accumulators.
+// Clusters (pp128x128c2): two CTAs on tiles of adjacent M-tile rows in one column; each producer
+// loads its CTA's A and half of the shared B k-block, multicast into both rings (one complete_tx a
+// CTA), and a stage's "empty" barrier waits for the reading warps of both CTAs (remote arrivals).
 // Work units (tiles, or with split-K a tile's K splits) are dealt to CTAs round robin in a grouped
 // tile order (up to GROUP_M M-tiles side by side, M fastest), so the CTAs in flight share A rows
 // and B columns in L2. Where a group's operands fit in L2 (half_tiles_pay), edge tiles at most half
@@ -71,27 +74,36 @@ namespace codagpt::coda::sm90 {
 // cores idle meanwhile. Ping-pong: each consumer owns whole tiles (every other tile of the CTA);
 // the producer fills the ring in tile order, so one consumer's mainloop runs while the other
 // runs its epilogue, and the epilogue's stores drain behind the other's wgmmas.
-enum class Tile { k128x256, k256x128, k128x128, kPingPong128x128 };
-constexpr Tile kTiles[] = {Tile::k128x256, Tile::k256x128, Tile::k128x128, Tile::kPingPong128x128};
-constexpr int kNumTiles = 4;
+// Ping-pong in 2-CTA clusters (pp128x128c2): the two CTAs of a cluster run the tiles of two
+// adjacent M-tile rows in the same column side by side, in step, and each loads its own A and half
+// of the shared B k-block into both CTAs' rings (TMA multicast): a quarter less operand traffic
+// from L2 a tile than pp128x128.
+enum class Tile { k128x256, k256x128, k128x128, kPingPong128x128, kPingPong128x128C2 };
+constexpr Tile kTiles[] = {Tile::k128x256, Tile::k256x128, Tile::k128x128, Tile::kPingPong128x128,
+                           Tile::kPingPong128x128C2};
+constexpr int kNumTiles = 5;
 inline const char* tile_name(Tile t) {
     switch (t) {
         case Tile::k128x256: return "128x256";
         case Tile::k256x128: return "256x128";
         case Tile::k128x128: return "128x128";
-        default: return "pp128x128";
+        case Tile::kPingPong128x128: return "pp128x128";
+        default: return "pp128x128c2";
     }
 }
+inline int tile_cluster(Tile t) { return t == Tile::kPingPong128x128C2 ? 2 : 1; }
 
 constexpr int kBK = 64;  // the k-block: K elements a ring stage holds, for every configuration
 // How many k-blocks before a tile's mainloop ends its epilogue's tile inputs are prefetched into
 // L2 (a few microseconds: about an HBM round trip more), unless CODAGPT_GEMM_PREFETCH_KBLOCKS says.
 constexpr int kPrefetchKBlocks = 8;
 
-template <int BM_, int BN_, int STAGES_, bool PINGPONG_>
+template <int BM_, int BN_, int STAGES_, bool PINGPONG_, int CLUSTER_ = 1>
 struct Config {
     static constexpr int BM = BM_, BN = BN_, BK = kBK, STAGES = STAGES_;
     static constexpr bool PINGPONG = PINGPONG_;
+    // CTAs a cluster (along M): each loads BN / CLUSTER rows of the shared B k-block into all of them.
+    static constexpr int CLUSTER = CLUSTER_, B_ROWS_LOADED = BN / CLUSTER;
     static constexpr int WG_ROWS = PINGPONG ? BM : BM / 2;  // rows of one consumer warpgroup
     static constexpr int FM = WG_ROWS / 64;  // m64 wgmmas per k16 step per consumer
     static constexpr int FN = BN / 8;        // n8 accumulator fragments per wgmma row block
@@ -100,11 +112,14 @@ struct Config {
     static constexpr int GROUP_M = 16;  // M-tiles a group of the tile order, at most (group_m_for)
     static_assert(FM >= 1 && FM * BN <= 256 && (BN == 128 || BN == 256),
                   "wgmma wrappers exist for n128 and n256; 128 accumulators per thread at most");
+    static_assert(CLUSTER == 1 || (CLUSTER == 2 && PINGPONG && B_ROWS_LOADED % 64 == 0),
+                  "clusters of 2 ping-pong CTAs, each loading whole 64-row boxes of B");
 };
 using Cfg128x256 = Config<128, 256, 4, false>;
 using Cfg256x128 = Config<256, 128, 4, false>;
 using Cfg128x128 = Config<128, 128, 6, false>;
 using CfgPingPong128x128 = Config<128, 128, 6, true>;
+using CfgPingPong128x128C2 = Config<128, 128, 6, true, 2>;
 
 constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128*40 + 256*232 <= 64K registers
@@ -227,6 +242,29 @@ __device__ inline void tma_load_2d(uint32_t dst, const CUtensorMap* map, int inn
             dst),
         "l"(map), "r"(inner), "r"(outer), "r"(bar)
         : "memory");
+}
+
+// The same, in every CTA of the cluster that `mask` names: the data and the complete_tx land at
+// the same shared offsets there.
+__device__ inline void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int inner, int outer, uint32_t bar,
+                                             uint16_t mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+        "l"(map), "r"(inner), "r"(outer), "r"(bar), "h"(mask)
+        : "memory");
+}
+// Arrives on the mbarrier at shared address `bar` of CTA `rank` of the cluster (this one included).
+__device__ inline void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+    asm volatile(
+        "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+        " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
+        "r"(rank)
+        : "memory");
+}
+// Every thread of the cluster that has not exited: once all have arrived.
+__device__ inline void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\n barrier.cluster.wait.acquire;" ::: "memory");
 }
 
 __device__ inline void named_barrier_sync(int id, int threads) {
@@ -413,19 +451,42 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t smem_a = smem_base + Smem::a, smem_b = smem_base + Smem::b;
     const uint32_t full_bar = smem_base + Smem::bars, empty_bar = full_bar + 8 * Smem::kStages;
 
-    const int units = params.tiles_m * params.tiles_n * params.splits;
+    // Clusters (Cfg::CLUSTER CTAs along M) take the work units in turn; a unit is a column of
+    // CLUSTER M-tiles, this CTA's the one of its rank (past the last M-tile where tiles_m is odd:
+    // then the CTA still loads its half of B and takes the k-blocks through its ring, but loads no A
+    // and runs no wgmma or epilogue).
+    constexpr int kCluster = Cfg::CLUSTER;
+    const int rank = kCluster > 1 ? (int)blockIdx.x % kCluster : 0;
+    const int cluster = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
+    const int tiles_mc = (params.tiles_m + kCluster - 1) / kCluster;
+    const int units = tiles_mc * params.tiles_n * params.splits;
     auto unit_k_blocks = [&](int u) {
         const int begin = u % params.splits * params.split_k_blocks;
         return min(params.k_blocks - begin, params.split_k_blocks);
     };
+    auto unit_tile = [&](int u) {
+        TileCoord c = tile_coord(u / params.splits, tiles_mc, params.tiles_n, params.group_m);
+        c.m = c.m * kCluster + rank;
+        return c;
+    };
     if (threadIdx.x == 0) {
         for (int s = 0; s < Smem::kStages; s++) {
-            ptx::mbar_init(full_bar + 8 * s, 1);                          // the producer's expect_tx
-            ptx::mbar_init(empty_bar + 8 * s, Cfg::WARPS_M);  // one arrival per warp reading the stage
+            ptx::mbar_init(full_bar + 8 * s, 1);  // the producer's expect_tx
+            // one arrival per warp reading the stage, in every CTA the stage's B comes from
+            ptx::mbar_init(empty_bar + 8 * s, Cfg::WARPS_M * kCluster);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    if constexpr (kCluster > 1) ptx::cluster_sync();  // no multicast or remote arrival before the barriers exist
+    else __syncthreads();
+    // A stage read: its barrier gets one arrival from this warp in each CTA of the cluster.
+    auto release_stage = [&](int stage, int lane) {
+        if constexpr (kCluster == 1) {
+            if (lane == 0) ptx::mbar_arrive(empty_bar + 8 * stage);
+        } else {
+            if (lane < kCluster) ptx::mbar_arrive_cluster(empty_bar + 8 * stage, lane);
+        }
+    };
 
     // Broadcast from lane 0, so that the compiler knows it is the same in every lane of a warp:
     // then so are the consumer's ring slots, phases and wgmma descriptors derived from it, which
@@ -434,37 +495,56 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warpgroup == 0) {
         // ------------------------------------------------ producer
         ptx::setmaxnreg_dec<kProducerRegs>();
-        if (threadIdx.x != 0) return;
-        int stage = 0;
-        uint32_t phase = 0;
-        for (int u = blockIdx.x; u < units; u += gridDim.x) {
-            const TileCoord tc = tile_coord(u / params.splits, params.tiles_m, params.tiles_n, params.group_m);
-            const int m0 = tc.m * Cfg::BM, n0 = tc.n * Cfg::BN;
-            const int kb_begin = u % params.splits * params.split_k_blocks, kb_end = kb_begin + unit_k_blocks(u);
-            for (int kb = kb_begin; kb < kb_end; kb++) {
-                const int k0 = kb * Cfg::BK;
-                const uint32_t full = full_bar + 8 * stage;
-                ptx::mbar_wait(empty_bar + 8 * stage, phase ^ 1);
-                ptx::mbar_expect_tx(full, Cfg::A_BYTES + Cfg::B_BYTES);
-                const uint32_t a = smem_a + stage * Cfg::A_BYTES, b = smem_b + stage * Cfg::B_BYTES;
-                if constexpr (A_MMAJOR) {
+        if (threadIdx.x == 0) {
+            int stage = 0;
+            uint32_t phase = 0;
+            for (int u = cluster; u < units; u += clusters) {
+                const TileCoord tc = unit_tile(u);
+                const bool inside = kCluster == 1 || tc.m < params.tiles_m;
+                const int m0 = tc.m * Cfg::BM, n0 = tc.n * Cfg::BN;
+                const int kb_begin = u % params.splits * params.split_k_blocks, kb_end = kb_begin + unit_k_blocks(u);
+                for (int kb = kb_begin; kb < kb_end; kb++) {
+                    const int k0 = kb * Cfg::BK;
+                    const uint32_t full = full_bar + 8 * stage;
+                    ptx::mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+                    ptx::mbar_expect_tx(full, (inside ? Cfg::A_BYTES : 0) + Cfg::B_BYTES);
+                    const uint32_t a = smem_a + stage * Cfg::A_BYTES, b = smem_b + stage * Cfg::B_BYTES;
+                    if (inside) {
+                        if constexpr (A_MMAJOR) {
 #pragma unroll
-                    for (int c = 0; c < Cfg::BM / 64; c++) ptx::tma_load_2d(a + c * 8192, &params.tma_a, m0 + 64 * c, k0, full);
-                } else {
-                    ptx::tma_load_2d(a, &params.tma_a, k0, m0, full);
-                }
-                if constexpr (B_NMAJOR) {
+                            for (int c = 0; c < Cfg::BM / 64; c++)
+                                ptx::tma_load_2d(a + c * 8192, &params.tma_a, m0 + 64 * c, k0, full);
+                        } else {
+                            ptx::tma_load_2d(a, &params.tma_a, k0, m0, full);
+                        }
+                    }
+                    if constexpr (kCluster > 1) {
+                        // This CTA's B_ROWS_LOADED rows of the k-block, into every CTA of the cluster.
+                        constexpr uint16_t kAll = (1u << kCluster) - 1;
+                        const int row0 = rank * Cfg::B_ROWS_LOADED;
+                        if constexpr (B_NMAJOR) {
 #pragma unroll
-                    for (int c = 0; c < Cfg::BN / 64; c++) ptx::tma_load_2d(b + c * 8192, &params.tma_b, n0 + 64 * c, k0, full);
-                } else {
-                    ptx::tma_load_2d(b, &params.tma_b, k0, n0, full);
-                }
-                if (++stage == Smem::kStages) {
-                    stage = 0;
-                    phase ^= 1;
+                            for (int c = 0; c < Cfg::B_ROWS_LOADED / 64; c++)
+                                ptx::tma_load_2d_multicast(b + (row0 / 64 + c) * 8192, &params.tma_b, n0 + row0 + 64 * c,
+                                                           k0, full, kAll);
+                        } else {
+                            ptx::tma_load_2d_multicast(b + row0 * 128, &params.tma_b, k0, n0 + row0, full, kAll);
+                        }
+                    } else if constexpr (B_NMAJOR) {
+#pragma unroll
+                        for (int c = 0; c < Cfg::BN / 64; c++)
+                            ptx::tma_load_2d(b + c * 8192, &params.tma_b, n0 + 64 * c, k0, full);
+                    } else {
+                        ptx::tma_load_2d(b, &params.tma_b, k0, n0, full);
+                    }
+                    if (++stage == Smem::kStages) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
                 }
             }
         }
+        if constexpr (kCluster == 1) return;
     } else {
         // ------------------------------------------------ consumers
         ptx::setmaxnreg_inc<kConsumerRegs>();
@@ -487,13 +567,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint8_t* epilogue_smem = smem + Smem::epilogue + (Cfg::PINGPONG ? consumer * Smem::kEpilogueBytes : 0);
         const int warp_m = Cfg::PINGPONG ? warp : consumer * 4 + warp;
 
-        // The CTA's i-th unit is blockIdx.x + i * gridDim.x; its k-blocks are the next ring slots from
-        // `slot` (the k-blocks of the CTA's units before it), in the order the producer fills them.
+        // The CTA's i-th unit is cluster + i * clusters (without clusters: blockIdx.x + i * gridDim.x);
+        // its k-blocks are the next ring slots from `slot` (the k-blocks of the CTA's units before
+        // it), in the order the producer fills them.
         const int first = Cfg::PINGPONG ? consumer : 0, step = Cfg::PINGPONG ? 2 : 1;
-        int slot = Cfg::PINGPONG && consumer == 1 ? unit_k_blocks(blockIdx.x) : 0;
-        for (int i = first, u = blockIdx.x + first * gridDim.x; u < units; i += step, u += step * gridDim.x) {
+        int slot = Cfg::PINGPONG && consumer == 1 ? unit_k_blocks(cluster) : 0;
+        for (int i = first, u = cluster + first * clusters; u < units; i += step, u += step * clusters) {
             const int tile = u / params.splits, split = u % params.splits, k_blocks = unit_k_blocks(u);
-            const TileCoord tc = tile_coord(tile, params.tiles_m, params.tiles_n, params.group_m);
+            const TileCoord tc = unit_tile(u);
+            const bool inside = kCluster == 1 || tc.m < params.tiles_m;
             // Fresh accumulators each tile (the first wgmma overwrites them anyway): so the compiler
             // sees the previous tile's die in its epilogue instead of living on into this mainloop.
 #pragma unroll
@@ -507,7 +589,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             int prev_stage = -1;
             // The unit that runs the epilogue asks L2 for the tiles its program loads a few k-blocks
             // before the mainloop ends.
-            const bool epilogue = params.splits == 1 || split == params.splits - 1;
+            const bool epilogue = inside && (params.splits == 1 || split == params.splits - 1);
             const int prefetch_kb =
                 epilogue && params.prefetch_k_blocks > 0 ? max(0, k_blocks - params.prefetch_k_blocks) : -1;
             // The k-loop on kFmUsed of the consumer's m64 blocks (those with rows in the matrix),
@@ -533,7 +615,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     // The previous k-block's wgmmas are done once at most this one is in flight:
                     // its stage goes back to the producer.
                     ptx::wgmma_wait<1>();
-                    if (prev_stage >= 0 && lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
+                    if (prev_stage >= 0) release_stage(prev_stage, lane);
                     if (kb == prefetch_kb)
                         Epilogue::prefetch(program, tc.m, tc.n, params.M, params.N, a_row0, a_row0 + Cfg::WG_ROWS,
                                            threadIdx.x % 128, 128);
@@ -545,9 +627,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
                 // Ends the wgmmas' pipeline in the variant itself: where the variants join, the
                 // accumulators are final (else ptxas serializes every wgmma, C7515).
-                if (Cfg::PINGPONG && u + gridDim.x < units) ptx::named_barrier_arrive(kOrderBarrier + 1 - consumer, 256);
+                if (Cfg::PINGPONG && u + clusters < units) ptx::named_barrier_arrive(kOrderBarrier + 1 - consumer, 256);
                 ptx::wgmma_wait<0>();
-                if (lane == 0) ptx::mbar_arrive(empty_bar + 8 * prev_stage);
+                release_stage(prev_stage, lane);
 #pragma unroll
                 for (int fm = 0; fm < Cfg::FM; fm++)
 #pragma unroll
@@ -559,24 +641,26 @@ __global__ void __launch_bounds__(kThreads, 1)
                 if (half_edge(params.N, tc.n * Cfg::BN, Cfg::BN) && params.half_tiles) mainloop(fm_used, std::true_type{});
                 else mainloop(fm_used, std::false_type{});
             };
-            // Of this consumer's rows, those in the matrix (without half tiles: all).
-            const int rows = params.half_tiles ? params.M - tc.m * Cfg::BM - (int)a_row0 : Cfg::WG_ROWS;
+            // Of this consumer's rows, those in the matrix (without half tiles: all, or none past the last M-tile).
+            const int rows = !inside ? 0 : params.half_tiles ? params.M - tc.m * Cfg::BM - (int)a_row0 : Cfg::WG_ROWS;
             if (Cfg::PINGPONG && i > 0) ptx::named_barrier_sync(kOrderBarrier + consumer, 256);
             if (rows > (Cfg::FM - 1) * 64) {
                 mainloop_cols(std::integral_constant<int, Cfg::FM>{});
-            } else if (rows <= 0) {  // a cooperative tile's second consumer, below the matrix
-                if constexpr (!Cfg::PINGPONG) mainloop_cols(std::integral_constant<int, 0>{});
+            } else if (rows <= 0) {  // a cooperative tile's second consumer below the matrix, or a cluster's CTA past it
+                if constexpr (!Cfg::PINGPONG || kCluster > 1) mainloop_cols(std::integral_constant<int, 0>{});
             } else {
                 if constexpr (Cfg::FM == 2) mainloop_cols(std::integral_constant<int, 1>{});
             }
 
-            slot += k_blocks + (Cfg::PINGPONG ? unit_k_blocks(u + gridDim.x) : 0);  // ping-pong: and the other's next
+            slot += k_blocks + (Cfg::PINGPONG ? unit_k_blocks(u + clusters) : 0);  // ping-pong: and the other's next
 
-            if (params.splits == 1 || reduce_splits<Cfg>(params, acc, tile, split, sync))
+            if (inside && (params.splits == 1 || reduce_splits<Cfg>(params, acc, tile, split, sync)))
                 Epilogue::run(program, acc, tc.m * Cfg::BM + a_row0 + warp * 16, tc.n * Cfg::BN, warp_m, 0, tc.m,
                               tc.n, params.tiles_m, params.tiles_n, params.M, params.N, epilogue_smem, sync);
         }
     }
+    // No CTA leaves while another may still arrive on its barriers.
+    if constexpr (kCluster > 1) ptx::cluster_sync();
 #endif  // CODA_SM90_DEVICE
 }
 
@@ -733,21 +817,40 @@ inline bool splits_fit(int k_blocks, int splits) {
     return splits >= 1 && splits <= kMaxSplits && (splits - 1) * split_k_blocks(k_blocks, splits) < k_blocks;
 }
 
+// A switch for measuring tile configurations inside the trainer, read once per process:
+// CODAGPT_GEMM_TILE=128x256 (or any other tile_name: pp128x128, pp128x128c2, ...) makes every GEMM of the
+// engine use that configuration, the split-K factor still chosen for it. Null when unset.
+inline const Tile* forced_tile() {
+    static const std::pair<bool, Tile> forced = [] {
+        const char* v = std::getenv("CODAGPT_GEMM_TILE");
+        if (!v || !*v) return std::pair<bool, Tile>{false, Tile::k128x256};
+        for (Tile t : kTiles)
+            if (tile_name(t) == std::string(v)) return std::pair<bool, Tile>{true, t};
+        throw Error(std::string("CODAGPT_GEMM_TILE=") + v + ": not a tile configuration (128x256, 256x128, " +
+                    "128x128, pp128x128, pp128x128c2)");
+    }();
+    return forced.first ? &forced.second : nullptr;
+}
+
 inline Plan choose_plan(const GemmProblem& prob, int sms) {
     // Estimated time ~ (work units per CTA) * tile area * cost per element of the configuration
     // * (k-blocks per unit, plus the partial's cost when split). Splitting K pays where the tiles
     // are too few to fill the SMs evenly (the weight gradients' small outputs with K = B*T).
     const int k_blocks = n_tiles(prob.K, kBK);
+    const Tile* forced = forced_tile();
     Plan best;
     double best_cost = 1e300;
     for (Tile t : kTiles)
-        for (int s = 1; s <= kMaxSplits; s++) {
+        for (int s = 1; s <= (tile_cluster(t) > 1 ? 1 : kMaxSplits) && (!forced || *forced == t); s++) {
             const int per_split = split_k_blocks(k_blocks, s);
             if (s > 1 && (per_split < kMinSplitKBlocks || !splits_fit(k_blocks, s))) break;
             const long units = (long)n_tiles(prob.M, tile_m(t)) * n_tiles(prob.N, tile_n(t)) * s;
             // Ping-pong needs two units per CTA to keep both consumers busy (measured: 1024x1024x16384
             // runs 0.115 ms ping-pong, 0.100 ms cooperative 128x128).
-            if (t == Tile::kPingPong128x128 && units < 2l * sms) continue;
+            if (!forced && t == Tile::kPingPong128x128 && units < 2l * sms) continue;
+            // Clusters: measured only where asked for (CODAGPT_GEMM_TILE, bench_gemm --sweep), as they
+            // ran no faster than pp128x128 on the 1.5B shapes, sustained or not, nor in the 1.5B step.
+            if (!forced && tile_cluster(t) > 1) continue;
             const long per_cta = (units + sms - 1) / sms;
             const double per_element = t == Tile::kPingPong128x128 ? 0.85 : t == Tile::k128x128 ? 1.15 : 1.0;
             const double cost = (double)per_cta * tile_m(t) * tile_n(t) * per_element *
@@ -852,13 +955,45 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
     params.tma_a = A_MMAJOR ? tensor_map("A", prob.a.p, prob.M, prob.K, prob.a.layout.ld, 64)
                             : tensor_map("A", prob.a.p, prob.K, prob.M, prob.a.layout.ld, Cfg::BM);
     params.tma_b = B_NMAJOR ? tensor_map("B", prob.b.p, prob.N, prob.K, prob.b.layout.ld, 64)
-                            : tensor_map("B", prob.b.p, prob.K, prob.N, prob.b.layout.ld, Cfg::BN);
-    const int grid = (int)std::min<long>(tiles * splits, device_info().sms);
-    params.half_tiles = half_tiles_pay(prob, Cfg::BM, Cfg::GROUP_M, device_info().l2_bytes);
-    params.group_m = params.half_tiles ? group_m_for(TileGrid::of(prob.M, prob.N, Cfg::BM, Cfg::BN), splits, grid, Cfg::GROUP_M)
-                                       : Cfg::GROUP_M;
-    kernel<<<grid, kThreads, Smem::launch_bytes, stream>>>(params, program);
-    CUDA_CHECK_LAUNCH(gemm_kernel);
+                            : tensor_map("B", prob.b.p, prob.K, prob.N, prob.b.layout.ld, Cfg::B_ROWS_LOADED);
+    if constexpr (Cfg::CLUSTER == 1) {
+        const int grid = (int)std::min<long>(tiles * splits, device_info().sms);
+        params.half_tiles = half_tiles_pay(prob, Cfg::BM, Cfg::GROUP_M, device_info().l2_bytes);
+        params.group_m = params.half_tiles
+                             ? group_m_for(TileGrid::of(prob.M, prob.N, Cfg::BM, Cfg::BN), splits, grid, Cfg::GROUP_M)
+                             : Cfg::GROUP_M;
+        kernel<<<grid, kThreads, Smem::launch_bytes, stream>>>(params, program);
+        CUDA_CHECK_LAUNCH(gemm_kernel);
+    } else {
+        // As many clusters as fit at once (or as there are units: columns of CLUSTER M-tiles), K
+        // unsplit, full-cost edge tiles; the group of the tile order counts clusters' M-tile rows.
+        if (splits != 1) throw Error("sm90 GEMM: tile configurations in clusters do not split K");
+        cudaLaunchConfig_t config{};
+        cudaLaunchAttribute attribute[1];
+        attribute[0].id = cudaLaunchAttributeClusterDimension;
+        attribute[0].val.clusterDim.x = Cfg::CLUSTER;
+        attribute[0].val.clusterDim.y = 1;
+        attribute[0].val.clusterDim.z = 1;
+        config.blockDim = dim3(kThreads);
+        config.dynamicSmemBytes = Smem::launch_bytes;
+        config.stream = stream;
+        config.attrs = attribute;
+        config.numAttrs = 1;
+        static const int max_clusters = [&] {
+            cudaLaunchConfig_t probe = config;
+            probe.gridDim = dim3(device_info().sms / Cfg::CLUSTER * Cfg::CLUSTER);
+            int n = 0;
+            CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &probe));
+            if (n < 1) throw Error("sm90 GEMM: no cluster of the tile configuration fits on this GPU");
+            return n;
+        }();
+        const long units = (long)n_tiles(params.tiles_m, Cfg::CLUSTER) * params.tiles_n;
+        config.gridDim = dim3((unsigned)(Cfg::CLUSTER * std::min<long>(units, max_clusters)));
+        params.half_tiles = 0;
+        params.group_m = Cfg::GROUP_M / Cfg::CLUSTER;
+        CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params, program));
+        CUDA_CHECK_LAUNCH(gemm_kernel);
+    }
 }
 
 template <class Cfg, class P>
@@ -892,6 +1027,7 @@ void gemm_with_plan(const P& program, const GemmProblem& prob, Plan plan, cudaSt
         case Tile::k256x128: launch_layouts<Cfg256x128>(program, prob, plan.splits, stream); break;
         case Tile::k128x128: launch_layouts<Cfg128x128>(program, prob, plan.splits, stream); break;
         case Tile::kPingPong128x128: launch_layouts<CfgPingPong128x128>(program, prob, plan.splits, stream); break;
+        case Tile::kPingPong128x128C2: launch_layouts<CfgPingPong128x128C2>(program, prob, plan.splits, stream); break;
     }
 }
 
