@@ -253,20 +253,11 @@ struct Bench {
     Sustained sustained(F&& f, double est_ms) {
         const int n = std::max(8, (int)(energy_seconds * 1e3 / std::max(est_ms, 1e-3)));
         for (int i = 0; i < n / 4; i++) f(i);
-        cudaEvent_t start, stop;
-        CUDA_CHECK(cudaEventCreate(&start));
-        CUDA_CHECK(cudaEventCreate(&stop));
         CUDA_CHECK(cudaDeviceSynchronize());
         const double j0 = meter->joules();
-        CUDA_CHECK(cudaEventRecord(start));
-        for (int i = 0; i < n; i++) f(i);
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
+        // One timed run of the n calls (median_ms synchronizes on its stop event).
+        const double ms = median_ms([&] { for (int i = 0; i < n; i++) f(i); }, /*runs=*/1, /*warmup=*/0);
         const double j1 = meter->joules();
-        float ms = 0.f;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        CUDA_CHECK(cudaEventDestroy(start));
-        CUDA_CHECK(cudaEventDestroy(stop));
         Sustained r;
         r.ms = ms / n;
         if (j0 >= 0 && j1 >= 0) {
@@ -282,45 +273,39 @@ struct Bench {
     }
     void record_energy(const Shape& s, const std::string& program, const std::string& tile, const Sustained& e,
                        const char* ref_name, const Sustained& ref) {
-        if (json.empty()) return;
-        nlohmann::json r;
-        r["kind"] = "gemm";
-        r["gpu"] = gpu;
-        r["shape"] = {{"M", s.M}, {"N", s.N}, {"K", s.K}, {"layout", s.layout()}};
-        r["model"] = s.model;
-        r["gemm"] = s.name;
-        r["program"] = program + ":energy";
-        r["tile"] = tile;
-        r["sustained_s"] = energy_seconds;
-        r["ours_ms"] = e.ms;
-        r["ours_tflops"] = s.flops() / e.ms * 1e-9;
-        r["ours_j"] = e.j;
-        r["ours_w"] = e.w;
-        r[std::string(ref_name) + "_ms"] = ref.ms;
-        r[std::string(ref_name) + "_j"] = ref.j;
-        r[std::string(ref_name) + "_w"] = ref.w;
-        stamp_record(r, command);
-        append_record(json, r);
+        const std::string ref_key = ref_name;
+        append_gemm_record(s, program + ":energy", e.ms, tile,
+                           {{"sustained_s", energy_seconds},
+                            {"ours_j", e.j},
+                            {"ours_w", e.w},
+                            {ref_key + "_ms", ref.ms},
+                            {ref_key + "_j", ref.j},
+                            {ref_key + "_w", ref.w}});
     }
 
     // t: ours against the reference named ref_key ("cublaslt_ms", "plain_ms" or "copy_ms"); `more`:
     // further keys of the record.
     void record(const Shape& s, const std::string& program, const PairedTimes& t, const char* ref_key,
                 const std::string& tile, double err, const nlohmann::json& more = nlohmann::json::object()) {
-        if (json.empty()) return;
         nlohmann::json r = more;
+        r[ref_key] = t.ref_ms;
+        r["paired_ratio"] = t.ratio;  // median of the rounds' ours_ms / ref_key times
+        r["rel_err"] = err;
+        append_gemm_record(s, program, t.ms, tile, std::move(r));
+    }
+    // The keys every "gemm" record has, added to r, which --json then receives.
+    void append_gemm_record(const Shape& s, const std::string& program, double ours_ms, const std::string& tile,
+                            nlohmann::json r) {
+        if (json.empty()) return;
         r["kind"] = "gemm";
         r["gpu"] = gpu;
         r["shape"] = {{"M", s.M}, {"N", s.N}, {"K", s.K}, {"layout", s.layout()}};
         r["model"] = s.model;
         r["gemm"] = s.name;
         r["program"] = program;
-        r["ours_ms"] = t.ms;
-        r["ours_tflops"] = s.flops() / t.ms * 1e-9;
-        r[ref_key] = t.ref_ms;
-        r["paired_ratio"] = t.ratio;  // median of the rounds' ours_ms / ref_key times
+        r["ours_ms"] = ours_ms;
+        r["ours_tflops"] = s.flops() / ours_ms * 1e-9;
         r["tile"] = tile;
-        r["rel_err"] = err;
         stamp_record(r, command);
         append_record(json, r);
     }

@@ -49,6 +49,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -469,6 +470,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         c.m = c.m * kCluster + rank;
         return c;
     };
+    auto in_matrix = [&](const TileCoord& c) { return kCluster == 1 || c.m < params.tiles_m; };
     if (threadIdx.x == 0) {
         for (int s = 0; s < Smem::kStages; s++) {
             ptx::mbar_init(full_bar + 8 * s, 1);  // the producer's expect_tx
@@ -500,7 +502,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             uint32_t phase = 0;
             for (int u = cluster; u < units; u += clusters) {
                 const TileCoord tc = unit_tile(u);
-                const bool inside = kCluster == 1 || tc.m < params.tiles_m;
+                const bool inside = in_matrix(tc);
                 const int m0 = tc.m * Cfg::BM, n0 = tc.n * Cfg::BN;
                 const int kb_begin = u % params.splits * params.split_k_blocks, kb_end = kb_begin + unit_k_blocks(u);
                 for (int kb = kb_begin; kb < kb_end; kb++) {
@@ -575,7 +577,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = first, u = cluster + first * clusters; u < units; i += step, u += step * clusters) {
             const int tile = u / params.splits, split = u % params.splits, k_blocks = unit_k_blocks(u);
             const TileCoord tc = unit_tile(u);
-            const bool inside = kCluster == 1 || tc.m < params.tiles_m;
+            const bool inside = in_matrix(tc);
             // Fresh accumulators each tile (the first wgmma overwrites them anyway): so the compiler
             // sees the previous tile's die in its epilogue instead of living on into this mainloop.
 #pragma unroll
@@ -820,16 +822,16 @@ inline bool splits_fit(int k_blocks, int splits) {
 // A switch for measuring tile configurations inside the trainer, read once per process:
 // CODAGPT_GEMM_TILE=128x256 (or any other tile_name: pp128x128, pp128x128c2, ...) makes every GEMM of the
 // engine use that configuration, the split-K factor still chosen for it. Null when unset.
-inline const Tile* forced_tile() {
-    static const std::pair<bool, Tile> forced = [] {
+inline std::optional<Tile> forced_tile() {
+    static const std::optional<Tile> forced = []() -> std::optional<Tile> {
         const char* v = std::getenv("CODAGPT_GEMM_TILE");
-        if (!v || !*v) return std::pair<bool, Tile>{false, Tile::k128x256};
+        if (!v || !*v) return std::nullopt;
         for (Tile t : kTiles)
-            if (tile_name(t) == std::string(v)) return std::pair<bool, Tile>{true, t};
+            if (tile_name(t) == std::string(v)) return t;
         throw Error(std::string("CODAGPT_GEMM_TILE=") + v + ": not a tile configuration (128x256, 256x128, " +
                     "128x128, pp128x128, pp128x128c2)");
     }();
-    return forced.first ? &forced.second : nullptr;
+    return forced;
 }
 
 inline Plan choose_plan(const GemmProblem& prob, int sms) {
@@ -837,20 +839,22 @@ inline Plan choose_plan(const GemmProblem& prob, int sms) {
     // * (k-blocks per unit, plus the partial's cost when split). Splitting K pays where the tiles
     // are too few to fill the SMs evenly (the weight gradients' small outputs with K = B*T).
     const int k_blocks = n_tiles(prob.K, kBK);
-    const Tile* forced = forced_tile();
+    const std::optional<Tile> forced = forced_tile();
     Plan best;
     double best_cost = 1e300;
-    for (Tile t : kTiles)
-        for (int s = 1; s <= (tile_cluster(t) > 1 ? 1 : kMaxSplits) && (!forced || *forced == t); s++) {
+    for (Tile t : kTiles) {
+        if (forced && t != *forced) continue;
+        // Clusters: measured only where asked for (CODAGPT_GEMM_TILE, bench_gemm --sweep), as they
+        // ran no faster than pp128x128 on the 1.5B shapes, sustained or not, nor in the 1.5B step.
+        if (!forced && tile_cluster(t) > 1) continue;
+        const int max_splits = tile_cluster(t) > 1 ? 1 : kMaxSplits;  // clusters do not split K
+        for (int s = 1; s <= max_splits; s++) {
             const int per_split = split_k_blocks(k_blocks, s);
             if (s > 1 && (per_split < kMinSplitKBlocks || !splits_fit(k_blocks, s))) break;
             const long units = (long)n_tiles(prob.M, tile_m(t)) * n_tiles(prob.N, tile_n(t)) * s;
             // Ping-pong needs two units per CTA to keep both consumers busy (measured: 1024x1024x16384
             // runs 0.115 ms ping-pong, 0.100 ms cooperative 128x128).
             if (!forced && t == Tile::kPingPong128x128 && units < 2l * sms) continue;
-            // Clusters: measured only where asked for (CODAGPT_GEMM_TILE, bench_gemm --sweep), as they
-            // ran no faster than pp128x128 on the 1.5B shapes, sustained or not, nor in the 1.5B step.
-            if (!forced && tile_cluster(t) > 1) continue;
             const long per_cta = (units + sms - 1) / sms;
             const double per_element = t == Tile::kPingPong128x128 ? 0.85 : t == Tile::k128x128 ? 1.15 : 1.0;
             const double cost = (double)per_cta * tile_m(t) * tile_n(t) * per_element *
@@ -860,6 +864,7 @@ inline Plan choose_plan(const GemmProblem& prob, int sms) {
                 best_cost = cost;
             }
         }
+    }
     return best;
 }
 
@@ -991,8 +996,7 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
         config.gridDim = dim3((unsigned)(Cfg::CLUSTER * std::min<long>(units, max_clusters)));
         params.half_tiles = 0;
         params.group_m = Cfg::GROUP_M / Cfg::CLUSTER;
-        CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params, program));
-        CUDA_CHECK_LAUNCH(gemm_kernel);
+        CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params, program));  // reports launch errors too
     }
 }
 
