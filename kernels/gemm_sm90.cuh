@@ -77,8 +77,9 @@ namespace codagpt::coda::sm90 {
 // runs its epilogue, and the epilogue's stores drain behind the other's wgmmas.
 // Ping-pong in 2-CTA clusters (pp128x128c2): the two CTAs of a cluster run the tiles of two
 // adjacent M-tile rows in the same column side by side, in step, and each loads its own A and half
-// of the shared B k-block into both CTAs' rings (TMA multicast): a quarter less operand traffic
-// from L2 a tile than pp128x128.
+// of the shared B k-block into both CTAs' rings (TMA multicast): a quarter fewer bytes requested
+// a tile than pp128x128, though Nsight Compute counts no fewer L2 bytes (bench/NOTES_gemm_sm90.md,
+// eighteenth session).
 enum class Tile { k128x256, k256x128, k128x128, kPingPong128x128, kPingPong128x128C2 };
 constexpr Tile kTiles[] = {Tile::k128x256, Tile::k256x128, Tile::k128x128, Tile::kPingPong128x128,
                            Tile::kPingPong128x128C2};
@@ -826,10 +827,12 @@ inline std::optional<Tile> forced_tile() {
     static const std::optional<Tile> forced = []() -> std::optional<Tile> {
         const char* v = std::getenv("CODAGPT_GEMM_TILE");
         if (!v || !*v) return std::nullopt;
-        for (Tile t : kTiles)
+        std::string names;
+        for (Tile t : kTiles) {
             if (tile_name(t) == std::string(v)) return t;
-        throw Error(std::string("CODAGPT_GEMM_TILE=") + v + ": not a tile configuration (128x256, 256x128, " +
-                    "128x128, pp128x128, pp128x128c2)");
+            names += (names.empty() ? "" : ", ") + std::string(tile_name(t));
+        }
+        throw Error(std::string("CODAGPT_GEMM_TILE=") + v + ": not a tile configuration (" + names + ")");
     }();
     return forced;
 }
