@@ -565,7 +565,10 @@ struct TileEpilogue {
         // A thread's segments, in order: chunk, half, pass (those inside the matrix). Each reads
         // the next one's inputs ahead; the first one's are read here, with thread T's column T of
         // the tile's column vectors, which go to shared memory while (or once) the first chunk is staged.
-        SegmentSlots slots;
+        // A tile wider than its threads (128 x 320 on 256) also takes column T + kThreads, in slots_hi.
+        static_assert(kTileCols <= 2 * kThreads, "two columns of the column vectors a thread at most");
+        constexpr bool kSecondColumn = kTileCols > kThreads;
+        SegmentSlots slots, slots_hi;
         int column_vectors = 0;  // the program reads (a compile-time constant once inlined)
         {
             const bool first = tile_row0 + row0 < M && tile_col0 + 8 * q < N;
@@ -577,12 +580,24 @@ struct TileEpilogue {
                                                col ? tile_col0 + T : -1, &counters, &slots},
                       row, cols);
             column_vectors = counters.col;
+            if constexpr (kSecondColumn) {
+                const int hi = T + kThreads;
+                const bool col_hi = hi < kTileCols && tile_col0 + hi < N;
+                ElementCounters counters_hi;
+                p.element(PreloadElement<ZERO_ACC>{0.f, -1, tile_col0 + 8 * q, col_hi ? tile_col0 + hi : -1,
+                                                   &counters_hi, &slots_hi},
+                          row, cols);
+            }
         }
         auto park_columns = [&] {
-            if (T >= kTileCols) return;
 #pragma unroll
-            for (int v = 0; v < kMaxColumnVectors; v++)
-                if (v < column_vectors) ptx::st_shared(col_vectors + v * kColStride + 4 * T, slots.tile_col.value[v]);
+            for (int v = 0; v < kMaxColumnVectors; v++) {
+                if (v < column_vectors && T < kTileCols)
+                    ptx::st_shared(col_vectors + v * kColStride + 4 * T, slots.tile_col.value[v]);
+                if constexpr (kSecondColumn)
+                    if (v < column_vectors && T + kThreads < kTileCols)
+                        ptx::st_shared(col_vectors + v * kColStride + 4 * (T + kThreads), slots_hi.tile_col.value[v]);
+            }
         };
 
         // Unrolled over the chunks, so that the compiler sees each chunk's accumulators die once

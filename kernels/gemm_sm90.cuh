@@ -11,9 +11,10 @@
 //     issues wgmma m64nBNk16 (bf16 in, fp32 accumulators in registers) straight from the stages,
 //     keeps one k-block of wgmmas in flight while it waits for the next, and runs the epilogue
 //     program on its accumulators.
-// Clusters (pp128x128c2): two CTAs on tiles of adjacent M-tile rows in one column; each producer
-// loads its CTA's A and half of the shared B k-block, multicast into both rings (one complete_tx a
-// CTA), and a stage's "empty" barrier waits for the reading warps of both CTAs (remote arrivals).
+// Clusters (pp128x128c2, 128x320c2): two CTAs on tiles of adjacent M-tile rows in one column; each
+// producer loads its CTA's A and half of the shared B k-block, multicast into both rings (one
+// complete_tx a CTA), and a stage's "empty" barrier waits for the reading warps of both CTAs
+// (remote arrivals).
 // Work units (tiles, or with split-K a tile's K splits) are dealt to CTAs round robin in a grouped
 // tile order (up to GROUP_M M-tiles side by side, M fastest), so the CTAs in flight share A rows
 // and B columns in L2. Where a group's operands fit in L2 (half_tiles_pay), edge tiles at most half
@@ -68,9 +69,10 @@
 namespace codagpt::coda::sm90 {
 
 // ---------------------------------------------------------------- tile configurations
-// Tile shapes this mainloop is built for. 128x256 and 256x128 do the same work per k-block (the
-// most a consumer's 232 registers hold: 128 fp32 accumulators per thread); which one wastes less
-// on edge tiles and wave tails depends on M and N. 128x128 halves the tile for small outputs.
+// Tile shapes this mainloop is built for. 128x256 and 256x128 do the same work per k-block (128
+// fp32 accumulators per consumer thread); which one wastes less on edge tiles and wave tails
+// depends on M and N. 128x128 halves the tile for small outputs; 128x320 (160 accumulators, the
+// most a consumer's 232 registers hold beside the epilogue's) is the widest.
 // Cooperative: the two consumers split one tile's rows and run its epilogue together, the tensor
 // cores idle meanwhile. Ping-pong: each consumer owns whole tiles (every other tile of the CTA);
 // the producer fills the ring in tile order, so one consumer's mainloop runs while the other
@@ -78,22 +80,30 @@ namespace codagpt::coda::sm90 {
 // Ping-pong in 2-CTA clusters (pp128x128c2): the two CTAs of a cluster run the tiles of two
 // adjacent M-tile rows in the same column side by side, in step, and each loads its own A and half
 // of the shared B k-block into both CTAs' rings (TMA multicast): a quarter fewer bytes requested
-// a tile than pp128x128, though Nsight Compute counts no fewer L2 bytes (bench/NOTES_gemm_sm90.md,
-// eighteenth session).
-enum class Tile { k128x256, k256x128, k128x128, kPingPong128x128, kPingPong128x128C2 };
-constexpr Tile kTiles[] = {Tile::k128x256, Tile::k256x128, Tile::k128x128, Tile::kPingPong128x128,
-                           Tile::kPingPong128x128C2};
-constexpr int kNumTiles = 5;
+// a tile than pp128x128, though Nsight Compute counts no fewer L2 bytes (and 12-14% more for
+// 128x320c2 than for 128x320: bench/NOTES_gemm_sm90.md, eighteenth and nineteenth sessions).
+// Cooperative 128 x 320 (each consumer m64 x n320: a wgmma n256 and an n64, 160 accumulators a
+// thread): the tile of cuBLASLt's kernels for the 1.5B shapes, whose widths 1600, 4800 and 6400
+// it divides, with about half of ping-pong 128 x 128's L2 bytes a flop; in 2-CTA clusters
+// (128x320c2) the two CTAs of adjacent M-tile rows share B, each loading half of it into both
+// rings. Edge tiles always run at full cost here (no n160 wgmma). The plan picks 128x320 only
+// where K is long (kWidePerElement).
+enum class Tile { k128x256, k256x128, k128x128, kPingPong128x128, kPingPong128x128C2, k128x320, k128x320C2 };
+constexpr Tile kTiles[] = {Tile::k128x256,           Tile::k256x128, Tile::k128x128,  Tile::kPingPong128x128,
+                           Tile::kPingPong128x128C2, Tile::k128x320, Tile::k128x320C2};
+constexpr int kNumTiles = 7;
 inline const char* tile_name(Tile t) {
     switch (t) {
         case Tile::k128x256: return "128x256";
         case Tile::k256x128: return "256x128";
         case Tile::k128x128: return "128x128";
         case Tile::kPingPong128x128: return "pp128x128";
-        default: return "pp128x128c2";
+        case Tile::kPingPong128x128C2: return "pp128x128c2";
+        case Tile::k128x320: return "128x320";
+        default: return "128x320c2";
     }
 }
-inline int tile_cluster(Tile t) { return t == Tile::kPingPong128x128C2 ? 2 : 1; }
+inline int tile_cluster(Tile t) { return t == Tile::kPingPong128x128C2 || t == Tile::k128x320C2 ? 2 : 1; }
 
 constexpr int kBK = 64;  // the k-block: K elements a ring stage holds, for every configuration
 // How many k-blocks before a tile's mainloop ends its epilogue's tile inputs are prefetched into
@@ -104,24 +114,32 @@ template <int BM_, int BN_, int STAGES_, bool PINGPONG_, int CLUSTER_ = 1>
 struct Config {
     static constexpr int BM = BM_, BN = BN_, BK = kBK, STAGES = STAGES_;
     static constexpr bool PINGPONG = PINGPONG_;
-    // CTAs a cluster (along M): each loads BN / CLUSTER rows of the shared B k-block into all of them.
+    // CTAs a cluster (along M): each loads BN / CLUSTER rows of the shared B k-block into all of
+    // them (N-major B: every CLUSTER-th 64-column box from its rank on).
     static constexpr int CLUSTER = CLUSTER_, B_ROWS_LOADED = BN / CLUSTER;
+    // K-major B's TMA box: at most 256 rows (the copy engine's limit), so B_ROWS_LOADED in 1 or 2 boxes.
+    static constexpr int B_BOX_ROWS = B_ROWS_LOADED <= 256 ? B_ROWS_LOADED : B_ROWS_LOADED / 2;
+    // Edge tiles at most half inside the matrix run wgmmas of n BN/2 (half_tiles_pay): not for n160.
+    static constexpr bool HALF_TILES = BN != 320;
     static constexpr int WG_ROWS = PINGPONG ? BM : BM / 2;  // rows of one consumer warpgroup
     static constexpr int FM = WG_ROWS / 64;  // m64 wgmmas per k16 step per consumer
     static constexpr int FN = BN / 8;        // n8 accumulator fragments per wgmma row block
     static constexpr int WARPS_M = PINGPONG ? 4 : 8;  // warps running one tile's epilogue, stacked along M
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     static constexpr int GROUP_M = 16;  // M-tiles a group of the tile order, at most (group_m_for)
-    static_assert(FM >= 1 && FM * BN <= 256 && (BN == 128 || BN == 256),
-                  "wgmma wrappers exist for n128 and n256; 128 accumulators per thread at most");
-    static_assert(CLUSTER == 1 || (CLUSTER == 2 && PINGPONG && B_ROWS_LOADED % 64 == 0),
-                  "clusters of 2 ping-pong CTAs, each loading whole 64-row boxes of B");
+    static_assert(FM >= 1 && (FM * BN <= 256 || (FM == 1 && BN == 320)) && (BN == 128 || BN == 256 || BN == 320),
+                  "wgmma wrappers exist for n128, n256 and n320 (n256 + n64); 160 accumulators per thread at most");
+    static_assert(B_ROWS_LOADED % 16 == 0 && B_BOX_ROWS * (B_ROWS_LOADED / B_BOX_ROWS) == B_ROWS_LOADED,
+                  "K-major B in whole boxes of whole swizzle atoms");
+    static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 2 CTAs");
 };
 using Cfg128x256 = Config<128, 256, 4, false>;
 using Cfg256x128 = Config<256, 128, 4, false>;
 using Cfg128x128 = Config<128, 128, 6, false>;
 using CfgPingPong128x128 = Config<128, 128, 6, true>;
 using CfgPingPong128x128C2 = Config<128, 128, 6, true, 2>;
+using Cfg128x320 = Config<128, 320, 3, false>;
+using Cfg128x320C2 = Config<128, 320, 3, false, 2>;
 
 constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128*40 + 256*232 <= 64K registers
@@ -390,6 +408,16 @@ struct Wgmma<256, TA, TB> {
     }
 };
 
+// n320 as an n256 and an n64 wgmma: B's columns 256 ... are 32768 bytes on in either layout
+// (N-major: 4 atoms of 64 columns x 64 k-rows; K-major: 256 rows of 128 bytes).
+template <int TA, int TB>
+struct Wgmma<320, TA, TB> {
+    __device__ static void run(float (&d)[160], uint64_t a, uint64_t b, int accumulate) {
+        Wgmma<256, TA, TB>::run(reinterpret_cast<float(&)[128]>(d[0]), a, b, accumulate);
+        Wgmma<64, TA, TB>::run(reinterpret_cast<float(&)[32]>(d[128]), a, b + (32768 >> 4), accumulate);
+    }
+};
+
 }  // namespace ptx
 #endif  // CODA_SM90_DEVICE
 
@@ -522,23 +550,28 @@ __global__ void __launch_bounds__(kThreads, 1)
                         }
                     }
                     if constexpr (kCluster > 1) {
-                        // This CTA's B_ROWS_LOADED rows of the k-block, into every CTA of the cluster.
+                        // This CTA's share of the k-block, into every CTA of the cluster: N-major, the
+                        // 64-column boxes c = rank, rank + CLUSTER, ...; K-major, B_ROWS_LOADED rows.
                         constexpr uint16_t kAll = (1u << kCluster) - 1;
-                        const int row0 = rank * Cfg::B_ROWS_LOADED;
                         if constexpr (B_NMAJOR) {
 #pragma unroll
-                            for (int c = 0; c < Cfg::B_ROWS_LOADED / 64; c++)
-                                ptx::tma_load_2d_multicast(b + (row0 / 64 + c) * 8192, &params.tma_b, n0 + row0 + 64 * c,
-                                                           k0, full, kAll);
+                            for (int c = 0; c < Cfg::BN / 64; c++)
+                                if (c % kCluster == rank)
+                                    ptx::tma_load_2d_multicast(b + c * 8192, &params.tma_b, n0 + 64 * c, k0, full, kAll);
                         } else {
-                            ptx::tma_load_2d_multicast(b + row0 * 128, &params.tma_b, k0, n0 + row0, full, kAll);
+                            const int row0 = rank * Cfg::B_ROWS_LOADED;
+#pragma unroll
+                            for (int r = row0; r < row0 + Cfg::B_ROWS_LOADED; r += Cfg::B_BOX_ROWS)
+                                ptx::tma_load_2d_multicast(b + r * 128, &params.tma_b, k0, n0 + r, full, kAll);
                         }
                     } else if constexpr (B_NMAJOR) {
 #pragma unroll
                         for (int c = 0; c < Cfg::BN / 64; c++)
                             ptx::tma_load_2d(b + c * 8192, &params.tma_b, n0 + 64 * c, k0, full);
                     } else {
-                        ptx::tma_load_2d(b, &params.tma_b, k0, n0, full);
+#pragma unroll
+                        for (int r = 0; r < Cfg::BN; r += Cfg::B_BOX_ROWS)
+                            ptx::tma_load_2d(b + r * 128, &params.tma_b, k0, n0 + r, full);
                     }
                     if (++stage == Smem::kStages) {
                         stage = 0;
@@ -641,8 +674,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                         for (int q = 0; q < 4; q++) ptx::fence_operand(acc[fm][fn][q]);
             };
             auto mainloop_cols = [&](auto fm_used) {
-                if (half_edge(params.N, tc.n * Cfg::BN, Cfg::BN) && params.half_tiles) mainloop(fm_used, std::true_type{});
-                else mainloop(fm_used, std::false_type{});
+                if constexpr (Cfg::HALF_TILES) {
+                    if (half_edge(params.N, tc.n * Cfg::BN, Cfg::BN) && params.half_tiles) {
+                        mainloop(fm_used, std::true_type{});
+                        return;
+                    }
+                }
+                mainloop(fm_used, std::false_type{});
             };
             // Of this consumer's rows, those in the matrix (without half tiles: all, or none past the last M-tile).
             const int rows = !inside ? 0 : params.half_tiles ? params.M - tc.m * Cfg::BM - (int)a_row0 : Cfg::WG_ROWS;
@@ -792,7 +830,9 @@ inline void check_operand(const char* name, const DeviceOperand& op, long rows, 
 }
 
 inline int tile_m(Tile t) { return t == Tile::k256x128 ? 256 : 128; }
-inline int tile_n(Tile t) { return t == Tile::k128x256 ? 256 : 128; }
+inline int tile_n(Tile t) {
+    return t == Tile::k128x256 ? 256 : t == Tile::k128x320 || t == Tile::k128x320C2 ? 320 : 128;
+}
 // Its tile and the epilogue's lane split (TileShape's defaults: gemm_epilogue.cuh's segments).
 inline TileShape tile_shape_of(Tile t) {
     TileShape s;
@@ -813,6 +853,13 @@ constexpr int kMinSplitKBlocks = 16;  // a split's least k-blocks (of 64)
 // to 6 ways: 29 to 109, most near 50), so that K is split only where the unsplit tiles fill the SMs
 // badly (73b0618: 1.5B proj dW 0.207 -> 0.180 ms, 350M proj dW 0.095 -> 0.061, qkv dW 0.182 -> 0.168).
 constexpr double kSplitCostKBlocks = 48;
+
+// The 128 x 320 tile: cheaper a k-block than ping-pong's (about half the L2 bytes a flop, a fifth
+// fewer operand bytes from shared memory), but its epilogue, 2.5 times ping-pong's tile, runs with
+// the tensor cores idle. Fitted to bench_gemm --sweep on the H200 (the 1.5B shapes): it wins where K is long and its
+// 320 columns divide N (the LM head's dX and dW, 3.91 and 4.03 ms against 4.34 and 4.26), and
+// loses where K = 1600 (qkv, fc and fcproj forward by 10-18%).
+constexpr double kWidePerElement = 0.8, kWideEpilogueKBlocks = 25;
 
 inline int split_k_blocks(int k_blocks, int splits) { return (k_blocks + splits - 1) / splits; }
 // K's k-blocks split `splits` ways (1 to kMaxSplits) leave no split empty.
@@ -859,9 +906,11 @@ inline Plan choose_plan(const GemmProblem& prob, int sms) {
             // runs 0.115 ms ping-pong, 0.100 ms cooperative 128x128).
             if (!forced && t == Tile::kPingPong128x128 && units < 2l * sms) continue;
             const long per_cta = (units + sms - 1) / sms;
-            const double per_element = t == Tile::kPingPong128x128 ? 0.85 : t == Tile::k128x128 ? 1.15 : 1.0;
+            const bool wide = tile_n(t) == 320;
+            const double per_element =
+                t == Tile::kPingPong128x128 ? 0.85 : t == Tile::k128x128 ? 1.15 : wide ? kWidePerElement : 1.0;
             const double cost = (double)per_cta * tile_m(t) * tile_n(t) * per_element *
-                                (per_split + (s > 1 ? kSplitCostKBlocks : 0.0));
+                                (per_split + (s > 1 ? kSplitCostKBlocks : 0.0) + (wide ? kWideEpilogueKBlocks : 0.0));
             if (cost < best_cost) {
                 best = {t, s};
                 best_cost = cost;
@@ -963,10 +1012,10 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
     params.tma_a = A_MMAJOR ? tensor_map("A", prob.a.p, prob.M, prob.K, prob.a.layout.ld, 64)
                             : tensor_map("A", prob.a.p, prob.K, prob.M, prob.a.layout.ld, Cfg::BM);
     params.tma_b = B_NMAJOR ? tensor_map("B", prob.b.p, prob.N, prob.K, prob.b.layout.ld, 64)
-                            : tensor_map("B", prob.b.p, prob.K, prob.N, prob.b.layout.ld, Cfg::B_ROWS_LOADED);
+                            : tensor_map("B", prob.b.p, prob.K, prob.N, prob.b.layout.ld, Cfg::B_BOX_ROWS);
     if constexpr (Cfg::CLUSTER == 1) {
         const int grid = (int)std::min<long>(tiles * splits, device_info().sms);
-        params.half_tiles = half_tiles_pay(prob, Cfg::BM, Cfg::GROUP_M, device_info().l2_bytes);
+        params.half_tiles = Cfg::HALF_TILES && half_tiles_pay(prob, Cfg::BM, Cfg::GROUP_M, device_info().l2_bytes);
         params.group_m = params.half_tiles
                              ? group_m_for(TileGrid::of(prob.M, prob.N, Cfg::BM, Cfg::BN), splits, grid, Cfg::GROUP_M)
                              : Cfg::GROUP_M;
@@ -1035,6 +1084,8 @@ void gemm_with_plan(const P& program, const GemmProblem& prob, Plan plan, cudaSt
         case Tile::k128x128: launch_layouts<Cfg128x128>(program, prob, plan.splits, stream); break;
         case Tile::kPingPong128x128: launch_layouts<CfgPingPong128x128>(program, prob, plan.splits, stream); break;
         case Tile::kPingPong128x128C2: launch_layouts<CfgPingPong128x128C2>(program, prob, plan.splits, stream); break;
+        case Tile::k128x320: launch_layouts<Cfg128x320>(program, prob, plan.splits, stream); break;
+        case Tile::k128x320C2: launch_layouts<Cfg128x320C2>(program, prob, plan.splits, stream); break;
     }
 }
 

@@ -414,6 +414,20 @@ TEST(GpuGemm, RefusesBadProblemsNamingTheOperand) {
 // The engine's plans on an H200 (132 SMs) for GPT-2 1.5B's GEMMs at 16384 tokens: K is split only
 // where the output's tiles leave SMs idle (the weight gradients of the small C x C and C x 3C
 // outputs), never for the wide forward and dX outputs, and every split has k-blocks.
+// The 128 x 320 tile, whose epilogue does not overlap the mainloop, where K is long enough to
+// hide it and 320 divides N (the 1.5B LM head's dX), not on the short reductions (K = C) nor on
+// 350M's 1024-wide outputs, which 128 divides and 320 does not.
+TEST(GpuGemm, WideTileOnlyForLongReductions) {
+    const int T = 16384, sms = 132;
+    auto tile = [&](int M, int N, int K) {
+        return sm90::detail::choose_plan(GemmProblem{M, N, K, {}, {}}, sms).tile;
+    };
+    EXPECT_EQ(tile(T, 1600, 50304), sm90::Tile::k128x320);
+    for (const auto& [M, N, K] : {std::tuple{T, 4800, 1600}, {T, 1600, 1600}, {T, 6400, 1600}, {T, 50304, 1600},
+                                  {T, 1024, 50304}, {T, 3072, 1024}})
+        EXPECT_NE(tile(M, N, K), sm90::Tile::k128x320) << M << "x" << N << "x" << K;
+}
+
 TEST(GpuGemm, SplitsKOnlyWhereTheTilesAreTooFew) {
     const int T = 16384, C = 1600, sms = 132;
     auto plan = [&](int M, int N, int K) { return sm90::detail::choose_plan(GemmProblem{M, N, K, {}, {}}, sms); };
