@@ -219,9 +219,10 @@ void ours(const P& program, const GemmProblem& prob, int tile) {
     else sm90::detail::gemm_with_plan(program, prob, {sm90::kTiles[tile], 1}, 0);
 }
 
-// The engine's plan for prob: "128x256", or "128x256/k4" with K split 4 ways.
+// The engine's plan for program type P on prob: "128x256", or "128x256/k4" with K split 4 ways.
+template <class P = void>
 std::string plan_name(const GemmProblem& prob) {
-    const sm90::detail::Plan p = sm90::detail::choose_plan(prob, sm90::detail::device_info().sms);
+    const sm90::detail::Plan p = sm90::plan<P>(prob);
     return sm90::tile_name(p.tile) + (p.splits > 1 ? "/k" + std::to_string(p.splits) : std::string());
 }
 
@@ -410,8 +411,10 @@ struct Bench {
         fill(a, a_n, 3);
         fill(b, b_n, 4);
         const GemmProblem prob = problem(s, a, b);
-        const TileShape ts = sm90::tile_shape(prob);
+        using P = decltype(make(buf, prob, TileShape{}));  // not evaluated
+        const TileShape ts = sm90::tile_shape<P>(prob);
         const auto program = make(buf, prob, ts);
+        const std::string program_plan = plan_name<P>(prob);
         void* plain_out = s.accumulate ? (void*)buf.get<float>(out_n) : (void*)buf.get<bf16>(out_n);
         auto run_plain = [&](int) {
             if (s.accumulate) sm90::gemm(plain_accumulate((float*)plain_out, s.N), prob, 0);
@@ -422,7 +425,7 @@ struct Bench {
         fprintf(log, "%-36s %9.4f %9.4f %6.3f\n", label.c_str(), t.ms, t.ref_ms, t.ratio);
         fflush(log);
         fused_rows.push_back({label, t.ratio});
-        record(s, name, t, "plain_ms", plan_name(prob), NAN);
+        record(s, name, t, "plain_ms", program_plan, NAN);
         if (!energy_for(s)) return;
         const Sustained lt = sustained([&](int) { cublas_gemm(mm, s, a, b, plain_out); }, t.ref_ms);
         print_energy("cuBLASLt plain", lt);
@@ -430,8 +433,8 @@ struct Bench {
         print_energy(("ours plain " + plan_name(prob)).c_str(), plain);
         record_energy(s, "plain", plan_name(prob), plain, lt);
         const Sustained prog = sustained([&](int) { sm90::gemm(program, prob, 0); }, t.ms);
-        print_energy((name + " " + plan_name(prob)).c_str(), prog);
-        record_energy(s, name, plan_name(prob), prog, lt);
+        print_energy((name + " " + program_plan).c_str(), prog);
+        record_energy(s, name, program_plan, prog, lt);
         if (sweep)
             for (int k = 0; k < sm90::kNumTiles; k++) {
                 // partials buffers sized for this tile configuration

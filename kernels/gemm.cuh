@@ -3,7 +3,7 @@
 // tile (contract in epilogue.cuh, the device driver and its combine order in gemm_epilogue.cuh).
 //
 //   gemm(program, problem, stream)            runs it on the mainloop chosen below
-//   gemm_tile_shape(problem)                  the tile shape that run uses: size row partials
+//   gemm_tile_shape<P>(problem)               the tile shape gemm() uses for program type P: size row partials
 //                                             [M, n_tiles(N, bn)] and column partials
 //                                             [n_tiles(M, bm), N] with it, and hand it to the CPU
 //                                             emulator to model the same combine order
@@ -77,10 +77,11 @@ inline Mainloop choose(const GemmProblem& prob, Mainloop requested) {
 
 }  // namespace detail
 
-inline TileShape gemm_tile_shape(const GemmProblem& prob, Mainloop mainloop = Mainloop::Auto) {
+template <class P = void>
+TileShape gemm_tile_shape(const GemmProblem& prob, Mainloop mainloop = Mainloop::Auto) {
     switch (detail::choose(prob, mainloop)) {
 #ifdef CODAGPT_GEMM_SM90
-        case Mainloop::Sm90: return sm90::tile_shape(prob);
+        case Mainloop::Sm90: return sm90::tile_shape<P>(prob);
 #endif
         default: return sm80::tile_shape(prob);
     }

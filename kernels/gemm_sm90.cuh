@@ -884,12 +884,17 @@ inline std::optional<Tile> forced_tile() {
     return forced;
 }
 
-inline Plan choose_plan(const GemmProblem& prob, int sms) {
+// wide_program: the program declares that the 128 x 320 tile pays for it (wide_tile_pays): it
+// runs there, K unsplit, wherever 320 divides N and the tiles fill the SMs at least once.
+inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = false) {
     // Estimated time ~ (work units per CTA) * tile area * cost per element of the configuration
     // * (k-blocks per unit, plus the partial's cost when split). Splitting K pays where the tiles
     // are too few to fill the SMs evenly (the weight gradients' small outputs with K = B*T).
     const int k_blocks = n_tiles(prob.K, kBK);
     const std::optional<Tile> forced = forced_tile();
+    if (!forced && wide_program && prob.N % tile_n(Tile::k128x320) == 0 &&
+        (long)n_tiles(prob.M, tile_m(Tile::k128x320)) * (prob.N / tile_n(Tile::k128x320)) >= sms)
+        return {Tile::k128x320, 1};
     Plan best;
     double best_cost = 1e300;
     for (Tile t : kTiles) {
@@ -1098,14 +1103,20 @@ inline bool available() {
     return d.sm90a;
 }
 
-// The tile shape and lane split gemm() uses for `prob` (callers size partials buffers from it).
-inline TileShape tile_shape(const GemmProblem& prob) {
-    return detail::tile_shape_of(detail::choose_plan(prob, detail::device_info().sms).tile);
+// The plan gemm() runs program type P on `prob` with (P = void: the plan by shape alone).
+template <class P = void>
+detail::Plan plan(const GemmProblem& prob) {
+    return detail::choose_plan(prob, detail::device_info().sms, wide_tile_pays<P>);
+}
+// The tile shape and lane split gemm() uses for P on `prob` (callers size partials buffers from it).
+template <class P = void>
+TileShape tile_shape(const GemmProblem& prob) {
+    return detail::tile_shape_of(plan<P>(prob).tile);
 }
 
 template <class P>
 void gemm(const P& program, const GemmProblem& prob, cudaStream_t stream) {
-    detail::gemm_with_plan(program, prob, detail::choose_plan(prob, detail::device_info().sms), stream);
+    detail::gemm_with_plan(program, prob, plan<P>(prob), stream);
 }
 
 }  // namespace codagpt::coda::sm90

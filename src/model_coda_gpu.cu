@@ -191,7 +191,7 @@ struct GPT2CodaGPU::Impl {
     // Runs a program on the engine; returns the tile shape it used, which the partials' finalize needs.
     template <class P>
     TileShape run(const P& program, const GemmProblem& prob) {
-        const TileShape s = gemm_tile_shape(prob);
+        const TileShape s = gemm_tile_shape<P>(prob);
         if (s.bm < kMinTile || s.bn < kMinTile)
             throw Error("fused GPU model: the GEMM engine chose a " + std::to_string(s.bm) + " x " +
                         std::to_string(s.bn) + " tile; partials are sized for tiles of at least " +

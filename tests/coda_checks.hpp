@@ -16,7 +16,7 @@
 // A Runner runs a program on one GEMM (or a pass with K = 0) and moves the buffers:
 //   T* at(std::vector<T>& v)              where the program sees v; v receives the results
 //   const T* at(const std::vector<T>& v)  where the program sees the input v
-//   TileShape shape(const HostGemm& g)    the tile shape of the run (sizes the partials)
+//   TileShape shape<P>(const HostGemm& g) the tile shape of a run of program type P (sizes the partials)
 //   double tol(int K)                     the fp32 bound above
 //   void run(const P& p, const HostGemm& g)
 // at() hands out places for the next run() only; run() leaves every result in its host vector.
@@ -195,7 +195,10 @@ struct EmulatorRunner {
     T* at(std::vector<T>& v) { return v.data(); }
     template <class T>
     const T* at(const std::vector<T>& v) { return v.data(); }
-    TileShape shape(const HostGemm&) const { return tile; }
+    template <class P = void>
+    TileShape shape(const HostGemm&) const {
+        return tile;
+    }
     double tol(int) const { return kFp32Bound; }
     template <class P>
     void run(const P& p, const HostGemm& g) {
@@ -310,7 +313,7 @@ void check_residual_forward(R& run, const Case& c) {
     const std::vector<float> bias = random_floats(rng, N, 0.1);
     std::vector<bf16> x_out = nan_filled<bf16>((size_t)M * N);
     const HostGemm gemm{M, N, K, &y, {K}, &w, {N}};
-    const int tiles_n = n_tiles(N, run.shape(gemm).bn);
+    const int tiles_n = n_tiles(N, run.template shape<ResidualForward<>>(gemm).bn);
     std::vector<float> stats = partials(M, tiles_n, Welford::kWords);
     ResidualForward<> p;
     p.bias = {run.at(bias)};

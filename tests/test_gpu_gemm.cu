@@ -57,9 +57,10 @@ class GpuRunner {
     T* at(std::vector<T>& v) { return static_cast<T*>(mirror(v.data(), v.size() * sizeof(T), v.data())); }
     template <class T>
     const T* at(const std::vector<T>& v) { return static_cast<const T*>(mirror(v.data(), v.size() * sizeof(T), nullptr)); }
+    template <class P = void>
     TileShape shape(const HostGemm& g) const {
         if (forced(g)) return sm90::detail::tile_shape_of(sm90::kTiles[tile_]);
-        return gemm_tile_shape(GemmProblem{g.M, g.N, g.K, {nullptr, g.la}, {nullptr, g.lb}}, mainloop_);
+        return gemm_tile_shape<P>(GemmProblem{g.M, g.N, g.K, {nullptr, g.la}, {nullptr, g.lb}}, mainloop_);
     }
     double tol(int K) const { return gpu_tol(K); }
     template <class P>
@@ -409,11 +410,8 @@ TEST(GpuGemm, RefusesBadProblemsNamingTheOperand) {
     EXPECT_TRUE(test::mentions(error({12, 8, 8, {buf, {8}}, {buf, {8}}}), "multiples of 8, got M=12"));
 }
 
-// ---------------------------------------------------------------- split-K plans (no GPU needed)
+// ---------------------------------------------------------------- plans: tiles and K splits
 
-// The engine's plans on an H200 (132 SMs) for GPT-2 1.5B's GEMMs at 16384 tokens: K is split only
-// where the output's tiles leave SMs idle (the weight gradients of the small C x C and C x 3C
-// outputs), never for the wide forward and dX outputs, and every split has k-blocks.
 // The 128 x 320 tile, whose epilogue does not overlap the mainloop, where K is long enough to
 // hide it and 320 divides N (the 1.5B LM head's dX), not on the short reductions (K = C) nor on
 // 350M's 1024-wide outputs, which 128 divides and 320 does not.
@@ -428,6 +426,38 @@ TEST(GpuGemm, WideTileOnlyForLongReductions) {
         EXPECT_NE(tile(M, N, K), sm90::Tile::k128x320) << M << "x" << N << "x" << K;
 }
 
+// ResidualForward declares that the wide tile pays for it: on it wherever 320 divides N and the
+// tiles fill the SMs (the 1.5B proj and fcproj forward), K = 1600 included; not on 350M's 1024 wide
+// outputs, not on too few tiles, and no other program of the trainer asks for it.
+TEST(GpuGemm, ResidualForwardTakesTheWideTileWhere320DividesN) {
+    EXPECT_TRUE(wide_tile_pays<ResidualForward<>>);
+    EXPECT_FALSE(wide_tile_pays<QkvForward<>>);
+    EXPECT_FALSE(wide_tile_pays<GeluBackward<>>);
+    EXPECT_FALSE(wide_tile_pays<void>);
+    const int T = 16384, sms = 132;
+    auto tile = [&](int M, int N, int K, bool wide) {
+        return sm90::detail::choose_plan(GemmProblem{M, N, K, {}, {}}, sms, wide).tile;
+    };
+    EXPECT_EQ(tile(T, 1600, 1600, true), sm90::Tile::k128x320);
+    EXPECT_EQ(tile(T, 1600, 6400, true), sm90::Tile::k128x320);
+    EXPECT_NE(tile(T, 1600, 1600, false), sm90::Tile::k128x320);
+    EXPECT_NE(tile(T, 1024, 4096, true), sm90::Tile::k128x320);
+    EXPECT_NE(tile(264, 1600, 1600, true), sm90::Tile::k128x320);  // 15 tiles for 132 SMs
+}
+
+// The same end to end: partials sized from gemm_tile_shape<ResidualForward> on a problem whose
+// plan is the wide tile (132 M-tiles x 5), checked against fp64.
+TEST(GpuGemm, ResidualForwardOnItsPlan) {
+    REQUIRE_MAINLOOP(Mainloop::Auto);
+    const Case c{132 * 128, 72, 1600};
+    ASSERT_EQ(sm90::plan<ResidualForward<>>(GemmProblem{c.M, c.N, c.K, {}, {}}).tile, sm90::Tile::k128x320);
+    GpuRunner run{Mainloop::Auto};
+    check_residual_forward(run, c);
+}
+
+// The engine's plans on an H200 (132 SMs) for GPT-2 1.5B's GEMMs at 16384 tokens: K is split only
+// where the output's tiles leave SMs idle (the weight gradients of the small C x C and C x 3C
+// outputs), never for the wide forward and dX outputs, and every split has k-blocks.
 TEST(GpuGemm, SplitsKOnlyWhereTheTilesAreTooFew) {
     const int T = 16384, C = 1600, sms = 132;
     auto plan = [&](int M, int N, int K) { return sm90::detail::choose_plan(GemmProblem{M, N, K, {}, {}}, sms); };
