@@ -414,7 +414,7 @@ struct Bench {
         using P = decltype(make(buf, prob, TileShape{}));  // not evaluated
         const TileShape ts = sm90::tile_shape<P>(prob);
         const auto program = make(buf, prob, ts);
-        const std::string program_plan = plan_name<P>(prob);
+        const std::string program_plan = plan_name<P>(prob), plain_plan = plan_name(prob);
         void* plain_out = s.accumulate ? (void*)buf.get<float>(out_n) : (void*)buf.get<bf16>(out_n);
         auto run_plain = [&](int) {
             if (s.accumulate) sm90::gemm(plain_accumulate((float*)plain_out, s.N), prob, 0);
@@ -430,8 +430,8 @@ struct Bench {
         const Sustained lt = sustained([&](int) { cublas_gemm(mm, s, a, b, plain_out); }, t.ref_ms);
         print_energy("cuBLASLt plain", lt);
         const Sustained plain = sustained(run_plain, t.ref_ms);
-        print_energy(("ours plain " + plan_name(prob)).c_str(), plain);
-        record_energy(s, "plain", plan_name(prob), plain, lt);
+        print_energy(("ours plain " + plain_plan).c_str(), plain);
+        record_energy(s, "plain", plain_plan, plain, lt);
         const Sustained prog = sustained([&](int) { sm90::gemm(program, prob, 0); }, t.ms);
         print_energy((name + " " + program_plan).c_str(), prog);
         record_energy(s, name, program_plan, prog, lt);

@@ -569,35 +569,30 @@ struct TileEpilogue {
         static_assert(kTileCols <= 2 * kThreads, "two columns of the column vectors a thread at most");
         constexpr bool kSecondColumn = kTileCols > kThreads;
         SegmentSlots slots, slots_hi;
-        int column_vectors = 0;  // the program reads (a compile-time constant once inlined)
-        {
-            const bool first = tile_row0 + row0 < M && tile_col0 + 8 * q < N;
-            const bool col = T < kTileCols && tile_col0 + T < N;
+        // Reads into s the first segment's values (row i, or none: -1) and the tile's column c of
+        // the column vectors (none past the tile or the matrix); returns the column vectors read.
+        auto preload = [&](int i, int c, SegmentSlots& s) {
             ElementCounters counters;
             Row row{};
             Col cols{};
-            p.element(PreloadElement<ZERO_ACC>{0.f, first ? tile_row0 + row0 : -1, tile_col0 + 8 * q,
-                                               col ? tile_col0 + T : -1, &counters, &slots},
-                      row, cols);
-            column_vectors = counters.col;
-            if constexpr (kSecondColumn) {
-                const int hi = T + kThreads;
-                const bool col_hi = hi < kTileCols && tile_col0 + hi < N;
-                ElementCounters counters_hi;
-                p.element(PreloadElement<ZERO_ACC>{0.f, -1, tile_col0 + 8 * q, col_hi ? tile_col0 + hi : -1,
-                                                   &counters_hi, &slots_hi},
-                          row, cols);
-            }
-        }
-        auto park_columns = [&] {
+            const int col = c < kTileCols && tile_col0 + c < N ? tile_col0 + c : -1;
+            p.element(PreloadElement<ZERO_ACC>{0.f, i, tile_col0 + 8 * q, col, &counters, &s}, row, cols);
+            return counters.col;
+        };
+        const bool first = tile_row0 + row0 < M && tile_col0 + 8 * q < N;
+        // the column vectors the program reads (a compile-time constant once inlined)
+        const int column_vectors = preload(first ? tile_row0 + row0 : -1, T, slots);
+        if constexpr (kSecondColumn) preload(-1, T + kThreads, slots_hi);
+        // The values of column c (in s) to shared memory, where the segments read them.
+        auto park = [&](const SegmentSlots& s, int c) {
+            if (c >= kTileCols) return;
 #pragma unroll
-            for (int v = 0; v < kMaxColumnVectors; v++) {
-                if (v < column_vectors && T < kTileCols)
-                    ptx::st_shared(col_vectors + v * kColStride + 4 * T, slots.tile_col.value[v]);
-                if constexpr (kSecondColumn)
-                    if (v < column_vectors && T + kThreads < kTileCols)
-                        ptx::st_shared(col_vectors + v * kColStride + 4 * (T + kThreads), slots_hi.tile_col.value[v]);
-            }
+            for (int v = 0; v < kMaxColumnVectors; v++)
+                if (v < column_vectors) ptx::st_shared(col_vectors + v * kColStride + 4 * c, s.tile_col.value[v]);
+        };
+        auto park_columns = [&] {
+            park(slots, T);
+            if constexpr (kSecondColumn) park(slots_hi, T + kThreads);
         };
 
         // Unrolled over the chunks, so that the compiler sees each chunk's accumulators die once

@@ -103,7 +103,6 @@ inline const char* tile_name(Tile t) {
         default: return "128x320c2";
     }
 }
-inline int tile_cluster(Tile t) { return t == Tile::kPingPong128x128C2 || t == Tile::k128x320C2 ? 2 : 1; }
 
 constexpr int kBK = 64;  // the k-block: K elements a ring stage holds, for every configuration
 // How many k-blocks before a tile's mainloop ends its epilogue's tile inputs are prefetched into
@@ -119,8 +118,9 @@ struct Config {
     static constexpr int CLUSTER = CLUSTER_, B_ROWS_LOADED = BN / CLUSTER;
     // K-major B's TMA box: at most 256 rows (the copy engine's limit), so B_ROWS_LOADED in 1 or 2 boxes.
     static constexpr int B_BOX_ROWS = B_ROWS_LOADED <= 256 ? B_ROWS_LOADED : B_ROWS_LOADED / 2;
-    // Edge tiles at most half inside the matrix run wgmmas of n BN/2 (half_tiles_pay): not for n160.
-    static constexpr bool HALF_TILES = BN != 320;
+    // Edge tiles at most half inside the matrix run wgmmas of n BN/2 (half_tiles_pay), where a
+    // wrapper of that width exists (not n160).
+    static constexpr bool HALF_TILES = BN / 2 == 64 || BN / 2 == 128;
     static constexpr int WG_ROWS = PINGPONG ? BM : BM / 2;  // rows of one consumer warpgroup
     static constexpr int FM = WG_ROWS / 64;  // m64 wgmmas per k16 step per consumer
     static constexpr int FN = BN / 8;        // n8 accumulator fragments per wgmma row block
@@ -829,9 +829,32 @@ inline void check_operand(const char* name, const DeviceOperand& op, long rows, 
                     std::to_string(op.layout.ld) + " (needs a multiple of 8, at least " + std::to_string(inner) + ")");
 }
 
-inline int tile_m(Tile t) { return t == Tile::k256x128 ? 256 : 128; }
+// Calls f(ConfigOf<Cfg>{}) with the configuration of tile t: its geometry below and its launch
+// (gemm_with_plan) come from the one Config.
+template <class Cfg>
+struct ConfigOf {
+    using type = Cfg;
+};
+template <class F>
+decltype(auto) with_config(Tile t, F&& f) {
+    switch (t) {
+        case Tile::k128x256: return f(ConfigOf<Cfg128x256>{});
+        case Tile::k256x128: return f(ConfigOf<Cfg256x128>{});
+        case Tile::k128x128: return f(ConfigOf<Cfg128x128>{});
+        case Tile::kPingPong128x128: return f(ConfigOf<CfgPingPong128x128>{});
+        case Tile::kPingPong128x128C2: return f(ConfigOf<CfgPingPong128x128C2>{});
+        case Tile::k128x320: return f(ConfigOf<Cfg128x320>{});
+        default: return f(ConfigOf<Cfg128x320C2>{});
+    }
+}
+inline int tile_m(Tile t) {
+    return with_config(t, [](auto c) { return decltype(c)::type::BM; });
+}
 inline int tile_n(Tile t) {
-    return t == Tile::k128x256 ? 256 : t == Tile::k128x320 || t == Tile::k128x320C2 ? 320 : 128;
+    return with_config(t, [](auto c) { return decltype(c)::type::BN; });
+}
+inline int tile_cluster(Tile t) {
+    return with_config(t, [](auto c) { return decltype(c)::type::CLUSTER; });
 }
 // Its tile and the epilogue's lane split (TileShape's defaults: gemm_epilogue.cuh's segments).
 inline TileShape tile_shape_of(Tile t) {
@@ -884,17 +907,16 @@ inline std::optional<Tile> forced_tile() {
     return forced;
 }
 
-// wide_program: the program declares that the 128 x 320 tile pays for it (wide_tile_pays): it
-// runs there, K unsplit, wherever 320 divides N and the tiles fill the SMs at least once.
+// wide_program: the program declares that the 128 x 320 tile pays for it (wide_tile_pays): its
+// epilogue costs as much on ping-pong as unhidden on the wide tile, so the wide tile's epilogue
+// term (kWideEpilogueKBlocks) is left out of its cost.
 inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = false) {
     // Estimated time ~ (work units per CTA) * tile area * cost per element of the configuration
     // * (k-blocks per unit, plus the partial's cost when split). Splitting K pays where the tiles
     // are too few to fill the SMs evenly (the weight gradients' small outputs with K = B*T).
     const int k_blocks = n_tiles(prob.K, kBK);
     const std::optional<Tile> forced = forced_tile();
-    if (!forced && wide_program && prob.N % tile_n(Tile::k128x320) == 0 &&
-        (long)n_tiles(prob.M, tile_m(Tile::k128x320)) * (prob.N / tile_n(Tile::k128x320)) >= sms)
-        return {Tile::k128x320, 1};
+    const double wide_epilogue = wide_program ? 0.0 : kWideEpilogueKBlocks;
     Plan best;
     double best_cost = 1e300;
     for (Tile t : kTiles) {
@@ -915,7 +937,7 @@ inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = fa
             const double per_element =
                 t == Tile::kPingPong128x128 ? 0.85 : t == Tile::k128x128 ? 1.15 : wide ? kWidePerElement : 1.0;
             const double cost = (double)per_cta * tile_m(t) * tile_n(t) * per_element *
-                                (per_split + (s > 1 ? kSplitCostKBlocks : 0.0) + (wide ? kWideEpilogueKBlocks : 0.0));
+                                (per_split + (s > 1 ? kSplitCostKBlocks : 0.0) + (wide ? wide_epilogue : 0.0));
             if (cost < best_cost) {
                 best = {t, s};
                 best_cost = cost;
@@ -1083,15 +1105,7 @@ void gemm_with_plan(const P& program, const GemmProblem& prob, Plan plan, cudaSt
                     " k-blocks (needs 1 to " + std::to_string(kMaxSplits) + ", none empty)");
     check_operand("A", prob.a, prob.M, prob.K);
     check_operand("B", prob.b, prob.K, prob.N);
-    switch (plan.tile) {
-        case Tile::k128x256: launch_layouts<Cfg128x256>(program, prob, plan.splits, stream); break;
-        case Tile::k256x128: launch_layouts<Cfg256x128>(program, prob, plan.splits, stream); break;
-        case Tile::k128x128: launch_layouts<Cfg128x128>(program, prob, plan.splits, stream); break;
-        case Tile::kPingPong128x128: launch_layouts<CfgPingPong128x128>(program, prob, plan.splits, stream); break;
-        case Tile::kPingPong128x128C2: launch_layouts<CfgPingPong128x128C2>(program, prob, plan.splits, stream); break;
-        case Tile::k128x320: launch_layouts<Cfg128x320>(program, prob, plan.splits, stream); break;
-        case Tile::k128x320C2: launch_layouts<Cfg128x320C2>(program, prob, plan.splits, stream); break;
-    }
+    with_config(plan.tile, [&](auto c) { launch_layouts<typename decltype(c)::type>(program, prob, plan.splits, stream); });
 }
 
 }  // namespace detail

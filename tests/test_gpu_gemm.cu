@@ -426,10 +426,10 @@ TEST(GpuGemm, WideTileOnlyForLongReductions) {
         EXPECT_NE(tile(M, N, K), sm90::Tile::k128x320) << M << "x" << N << "x" << K;
 }
 
-// ResidualForward declares that the wide tile pays for it: on it wherever 320 divides N and the
-// tiles fill the SMs (the 1.5B proj and fcproj forward), K = 1600 included; not on 350M's 1024 wide
-// outputs, not on too few tiles, and no other program of the trainer asks for it.
-TEST(GpuGemm, ResidualForwardTakesTheWideTileWhere320DividesN) {
+// ResidualForward declares that the wide tile pays for it (its plan prices the tile without the
+// unhidden-epilogue term): on it for the 1.5B proj and fcproj forward, K = 1600 included; not on
+// 350M's 1024-wide outputs, not on too few tiles, and no other program of the trainer asks for it.
+TEST(GpuGemm, ResidualForwardTakesTheWideTileOnThe1600WideOutputs) {
     EXPECT_TRUE(wide_tile_pays<ResidualForward<>>);
     EXPECT_FALSE(wide_tile_pays<QkvForward<>>);
     EXPECT_FALSE(wide_tile_pays<GeluBackward<>>);
