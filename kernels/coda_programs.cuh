@@ -88,9 +88,10 @@ using FcPreactivation = QkvForward<Act>;
 // x_out may alias residual (each element is read before it is written, by the same thread).
 template <class Act = bf16>
 struct ResidualForward : NoColPartials {
-    // Faster on the 128 x 320 tile than on ping-pong 128 x 128 where its plain GEMM is not: the
-    // 1.5B fcproj forward (K = 6400) 25.34 -> 23.92 ms a traced step, though the proj forward
-    // (K = 1600) 8.51 -> 8.74 (bench/NOTES_gemm_sm90.md, nineteenth session).
+    // Faster on the 128 x 320 tile than on ping-pong 128 x 128 where its plain GEMM is not, where
+    // K is long: the 1.5B fcproj forward (K = 6400) 25.34 -> 23.92 ms a traced step; the proj
+    // forward (K = 1600) lost, 8.51 -> 8.74, and stays on ping-pong (kWideProgramMinKBlocks,
+    // bench/NOTES_gemm_sm90.md, nineteenth and twentieth sessions).
     static constexpr bool kWideTile = true;
     ColVec bias;
     LoadTile<Act> residual;

@@ -83,8 +83,8 @@ constexpr bool is_pass = false;
 template <class P>
 constexpr bool is_pass<P, decltype((void)P::kPass)> = P::kPass;
 // P::kWideTile where the program declares it, else false: the Hopper engine's plan prices the
-// 128 x 320 tile without its unhidden-epilogue term for it (gemm_sm90.cuh, choose_plan). void: no
-// program (a plan by shape).
+// 128 x 320 tile without its unhidden-epilogue term for it where K is long (gemm_sm90.cuh,
+// choose_plan). void: no program (a plan by shape).
 template <class P, class = void>
 constexpr bool wide_tile_pays = false;
 template <class P>

@@ -883,6 +883,10 @@ constexpr double kSplitCostKBlocks = 48;
 // 320 columns divide N (the LM head's dX and dW, 3.91 and 4.03 ms against 4.34 and 4.26), and
 // loses where K = 1600 (qkv, fc and fcproj forward by 10-18%).
 constexpr double kWidePerElement = 0.8, kWideEpilogueKBlocks = 25;
+// A program that declares the wide tile (wide_tile_pays) has its epilogue term left out only from
+// this many k-blocks on: the 1.5B ResidualForward gained on the wide tile at K = 6400 (100 k-blocks,
+// 25.34 -> 23.92 ms a traced step) and lost at K = 1600 (25, 8.51 -> 8.74); 50 lies between.
+constexpr int kWideProgramMinKBlocks = 50;
 
 inline int split_k_blocks(int k_blocks, int splits) { return (k_blocks + splits - 1) / splits; }
 // K's k-blocks split `splits` ways (1 to kMaxSplits) leave no split empty.
@@ -907,16 +911,16 @@ inline std::optional<Tile> forced_tile() {
     return forced;
 }
 
-// wide_program: the program declares that the 128 x 320 tile pays for it (wide_tile_pays): its
-// epilogue costs as much on ping-pong as unhidden on the wide tile, so the wide tile's epilogue
-// term (kWideEpilogueKBlocks) is left out of its cost.
+// wide_program: the program declares that the 128 x 320 tile pays for it (wide_tile_pays): where
+// K is long (kWideProgramMinKBlocks) its epilogue costs as much on ping-pong as unhidden on the
+// wide tile, so the wide tile's epilogue term (kWideEpilogueKBlocks) is left out of its cost.
 inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = false) {
     // Estimated time ~ (work units per CTA) * tile area * cost per element of the configuration
     // * (k-blocks per unit, plus the partial's cost when split). Splitting K pays where the tiles
     // are too few to fill the SMs evenly (the weight gradients' small outputs with K = B*T).
     const int k_blocks = n_tiles(prob.K, kBK);
     const std::optional<Tile> forced = forced_tile();
-    const double wide_epilogue = wide_program ? 0.0 : kWideEpilogueKBlocks;
+    const double wide_epilogue = wide_program && k_blocks >= kWideProgramMinKBlocks ? 0.0 : kWideEpilogueKBlocks;
     Plan best;
     double best_cost = 1e300;
     for (Tile t : kTiles) {

@@ -27,6 +27,7 @@
 #include "model_cpu.hpp"
 #include "model_gpu.hpp"
 #include "model_test_util.hpp"
+#include "test_util.hpp"
 
 using namespace codagpt;
 using namespace codagpt::test;
@@ -204,6 +205,49 @@ TEST(CodaFinalize, RowKernelsMergeInTheHostOrder) {
             EXPECT_EQ(h_dbeta[i], 1.f + sum) << "row " << i;
         }
     }
+}
+
+// The LayerNorm fold against the textbook: W~ = bf16(gamma W) element for element, c the column
+// sums of that bf16 W~ and b~ = beta W + b against fp64, for W stored row-major (16-byte vectors
+// of 8 columns: N = 200 leaves the last block of 256 columns part empty) and as W^T (the LM head),
+// two layers; outputs poisoned. A row-major N that is no multiple of 8 is refused.
+TEST(CodaFold, BothLayoutsAgainstTheTextbook) {
+    REQUIRE_GPU();
+    constexpr int K = 72, N = 200, L = 2;
+    const std::vector<float> w = random_bf16_values((size_t)L * K * N, 43, 0.1f);
+    const std::vector<float> gamma = random_bf16_values((size_t)L * K, 44, 0.2f, 1.f);
+    const std::vector<float> beta = random_bf16_values((size_t)L * K, 45, 0.1f), b = random_bf16_values((size_t)L * N, 46, 0.1f);
+    DeviceBuffer<bf16> d_w(w.size()), folded(w.size());
+    DeviceBuffer<float> d_gamma(gamma.size()), d_beta(beta.size()), d_b(b.size()), c(L * N), b_folded(L * N);
+    d_gamma.upload(gamma), d_beta.upload(beta), d_b.upload(b);
+    for (bool transposed : {false, true}) {
+        SCOPED_TRACE(transposed ? "W^T [N, K]" : "W [K, N]");
+        auto at = [&](int l, int k, int j) { return (size_t)l * K * N + (transposed ? (size_t)j * K + k : (size_t)k * N + j); };
+        d_w.upload(to_bf16(w));
+        for (auto* buf : {&c, &b_folded}) buf->poison();
+        folded.poison();
+        coda_fold_layernorm(folded, c, b_folded, d_w, transposed, d_gamma, d_beta, d_b, K, N, L, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> h_folded = to_float(folded.download());
+        const std::vector<float> h_c = c.download(), h_b = b_folded.download();
+        for (int l = 0; l < L; l++)
+            for (int j = 0; j < N; j++) {
+                double sum_c = 0, abs_c = 0, sum_b = b[l * N + j], abs_b = std::fabs(sum_b);
+                for (int k = 0; k < K; k++) {
+                    const float expect = bf16_round(gamma[l * K + k] * w[at(l, k, j)]);
+                    ASSERT_EQ(h_folded[at(l, k, j)], expect) << "layer " << l << " k " << k << " j " << j;
+                    sum_c += expect, abs_c += std::fabs(expect);
+                    sum_b += (double)beta[l * K + k] * w[at(l, k, j)], abs_b += std::fabs(beta[l * K + k] * w[at(l, k, j)]);
+                }
+                // fp32 sums of K + 1 terms: within (K + 1) 2^-24 of the sum of magnitudes; a term
+                // missing or wrong moves them by ~1/K of it
+                const double tol = (K + 1) * std::ldexp(1.0, -24);
+                EXPECT_NEAR(h_c[l * N + j], sum_c, tol * abs_c) << "layer " << l << " column " << j;
+                EXPECT_NEAR(h_b[l * N + j], sum_b, tol * abs_b) << "layer " << l << " column " << j;
+            }
+    }
+    EXPECT_TRUE(mentions(error_of([&] { coda_fold_layernorm(folded, c, b_folded, d_w, false, d_gamma, d_beta, d_b, K, 196, 1, 0); }),
+                         "multiple of 8"));
 }
 
 TEST(KernelTrace, FunctionNames) {

@@ -427,9 +427,10 @@ TEST(GpuGemm, WideTileOnlyForLongReductions) {
 }
 
 // ResidualForward declares that the wide tile pays for it (its plan prices the tile without the
-// unhidden-epilogue term): on it for the 1.5B proj and fcproj forward, K = 1600 included; not on
-// 350M's 1024-wide outputs, not on too few tiles, and no other program of the trainer asks for it.
-TEST(GpuGemm, ResidualForwardTakesTheWideTileOnThe1600WideOutputs) {
+// unhidden-epilogue term where K is long): on it for the 1.5B fcproj forward (K = 6400), not for
+// the proj forward (K = 1600), not on 350M's 1024-wide outputs, not on too few tiles, and no other
+// program of the trainer asks for it.
+TEST(GpuGemm, ResidualForwardTakesTheWideTileOnThe1600WideOutputsWhereKIsLong) {
     EXPECT_TRUE(wide_tile_pays<ResidualForward<>>);
     EXPECT_FALSE(wide_tile_pays<QkvForward<>>);
     EXPECT_FALSE(wide_tile_pays<GeluBackward<>>);
@@ -438,18 +439,21 @@ TEST(GpuGemm, ResidualForwardTakesTheWideTileOnThe1600WideOutputs) {
     auto tile = [&](int M, int N, int K, bool wide) {
         return sm90::detail::choose_plan(GemmProblem{M, N, K, {}, {}}, sms, wide).tile;
     };
-    EXPECT_EQ(tile(T, 1600, 1600, true), sm90::Tile::k128x320);
     EXPECT_EQ(tile(T, 1600, 6400, true), sm90::Tile::k128x320);
-    EXPECT_NE(tile(T, 1600, 1600, false), sm90::Tile::k128x320);
+    EXPECT_NE(tile(T, 1600, 6400, false), sm90::Tile::k128x320);
+    EXPECT_NE(tile(T, 1600, 1600, true), sm90::Tile::k128x320);
     EXPECT_NE(tile(T, 1024, 4096, true), sm90::Tile::k128x320);
-    EXPECT_NE(tile(264, 1600, 1600, true), sm90::Tile::k128x320);  // 15 tiles for 132 SMs
+    EXPECT_NE(tile(264, 1600, 6400, true), sm90::Tile::k128x320);  // 15 tiles for 132 SMs
+    // the threshold itself: 3200 = 50 k-blocks takes it, 3136 = 49 does not
+    EXPECT_EQ(tile(3328, 1600, 3200, true), sm90::Tile::k128x320);
+    EXPECT_NE(tile(3328, 1600, 3136, true), sm90::Tile::k128x320);
 }
 
 // The same end to end: partials sized from gemm_tile_shape<ResidualForward> on a problem whose
-// plan is the wide tile (132 M-tiles x 5), checked against fp64.
+// plan is the wide tile (26 M-tiles x 5 for 132 SMs, K at the threshold), checked against fp64.
 TEST(GpuGemm, ResidualForwardOnItsPlan) {
     REQUIRE_MAINLOOP(Mainloop::Auto);
-    const Case c{132 * 128, 72, 1600};
+    const Case c{26 * 128, 3200, 1600};
     ASSERT_EQ(sm90::plan<ResidualForward<>>(GemmProblem{c.M, c.N, c.K, {}, {}}).tile, sm90::Tile::k128x320);
     GpuRunner run{Mainloop::Auto};
     check_residual_forward(run, c);
