@@ -25,6 +25,7 @@ struct KernelRecord {
     uint32_t correlation;  // CUPTI numbers API calls in call order: the launch order
     std::string name;
     uint64_t start, end;  // ns
+    bool memory_op = false;
 };
 
 // CUPTI hands completed buffers to a plain function with no user pointer, on a thread of its own:
@@ -46,14 +47,46 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
     *max_records = 0;
 }
 
+// "[memset 5.80 GiB]", "[memcpy HtoD 64 KiB]", "[memset 16 B]": a memory operation's name in a trace.
+std::string memory_op_name(const char* what, uint64_t bytes) {
+    char buf[64];
+    const double kib = bytes / 1024.0;
+    if (bytes < 1024)
+        std::snprintf(buf, sizeof buf, "[%s %llu B]", what, (unsigned long long)bytes);
+    else if (kib < 1024)
+        std::snprintf(buf, sizeof buf, "[%s %.0f KiB]", what, kib);
+    else if (kib < 1024 * 1024)
+        std::snprintf(buf, sizeof buf, "[%s %.1f MiB]", what, kib / 1024);
+    else
+        std::snprintf(buf, sizeof buf, "[%s %.2f GiB]", what, kib / (1024 * 1024));
+    return buf;
+}
+const char* copy_kind(uint8_t kind) {
+    switch (kind) {
+        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "memcpy HtoD";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "memcpy DtoH";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "memcpy DtoD";
+        default: return "memcpy";
+    }
+}
+
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
     std::lock_guard<std::mutex> lock(g_mutex);
     CUpti_Activity* record = nullptr;
-    while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS)
-        if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && g_records) {
+    while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+        if (!g_records) continue;
+        if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
             const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
             g_records->push_back({k->correlationId, demangle(k->name), k->start, k->end});
+        } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+            const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+            g_records->push_back({m->correlationId, memory_op_name("memset", m->bytes), m->start, m->end, true});
+        } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+            const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+            g_records->push_back(
+                {m->correlationId, memory_op_name(copy_kind(m->copyKind), m->bytes), m->start, m->end, true});
         }
+    }
     std::free(buffer);
 }
 
@@ -74,14 +107,16 @@ std::vector<TracedKernel> trace_kernels(const std::function<void()>& fn) {
         std::lock_guard<std::mutex> lock(g_mutex);
         g_records = &records;
     }
+    constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMSET,
+                                             CUPTI_ACTIVITY_KIND_MEMCPY};
     auto stop = [&] {
-        cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);
         cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         std::lock_guard<std::mutex> lock(g_mutex);
         g_records = nullptr;
     };
     try {
-        cupti_check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable");
+        for (CUpti_ActivityKind kind : kKinds) cupti_check(cuptiActivityEnable(kind), "cuptiActivityEnable");
         fn();
         CUDA_CHECK(cudaDeviceSynchronize());
     } catch (...) {
@@ -95,7 +130,7 @@ std::vector<TracedKernel> trace_kernels(const std::function<void()>& fn) {
     uint64_t latest_end = records.empty() ? 0 : records.front().start;
     for (KernelRecord& r : records) {
         const double idle = r.start > latest_end ? (r.start - latest_end) * 1e-6 : 0.0;
-        kernels.push_back({std::move(r.name), (r.end - r.start) * 1e-6, idle});
+        kernels.push_back({std::move(r.name), (r.end - r.start) * 1e-6, idle, r.memory_op});
         latest_end = std::max(latest_end, r.end);
     }
     return kernels;
@@ -152,8 +187,15 @@ std::string kernel_time_table(const std::vector<TracedKernel>& kernels) {
     };
     std::vector<Row> rows;
     std::vector<std::string> names;  // rows[i]'s full name
-    double total = 0, idle = 0;
+    double total = 0, idle = 0, memory_ms = 0;
+    int memory_ops = 0;
     for (const TracedKernel& k : kernels) {
+        idle += k.idle_ms;
+        if (k.memory_op) {
+            memory_ops++;
+            memory_ms += k.ms;
+            continue;
+        }
         const size_t i = std::find(names.begin(), names.end(), k.name) - names.begin();
         if (i == names.size()) {
             names.push_back(k.name);
@@ -167,7 +209,6 @@ std::string kernel_time_table(const std::vector<TracedKernel>& kernels) {
         rows[i].launches++;
         rows[i].ms += k.ms;
         total += k.ms;
-        idle += k.idle_ms;
     }
     std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.ms > b.ms; });
     std::string out;
@@ -179,8 +220,12 @@ std::string kernel_time_table(const std::vector<TracedKernel>& kernels) {
                       r.label.c_str());
         out += line;
     }
-    std::snprintf(line, sizeof line, "%10.3f %8zu %5.1f%%  all kernels\n", total, kernels.size(), 100.0);
+    std::snprintf(line, sizeof line, "%10.3f %8zu %5.1f%%  all kernels\n", total, kernels.size() - memory_ops, 100.0);
     out += line;
+    if (memory_ops > 0) {
+        std::snprintf(line, sizeof line, "%10.3f %8d %6s  memsets and copies\n", memory_ms, memory_ops, "");
+        out += line;
+    }
     std::snprintf(line, sizeof line, "%10.3f %8s %6s  GPU idle between kernels\n", idle, "", "");
     return out + line;
 }

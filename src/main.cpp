@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"auto", "coda", "unfused"}))
         ->capture_default_str();
     train->add_option("--trace-kernels", train_opt.trace_kernels,
-                      "Write the kernels one training step launches (library internals included), one a line, to FILE");
+                      "Write the kernels (library internals included), memsets and copies of the run's last training step, "
+                      "one a line, to FILE");
     train->add_flag("--phase-times", train_opt.phase_times,
                     "Time each step's phases with CUDA events (forward+backward, gradient reductions and their "
                     "part not hidden by backward, optimizer): medians at the end, per step in metrics.jsonl");

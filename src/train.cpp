@@ -355,8 +355,9 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         if (cfg.eval_every > 0 && step % cfg.eval_every == 0) eval_and_log(step);
         if (cfg.sample_every > 0 && step % cfg.sample_every == 0) sample_and_log(step);
 
-        // --trace-kernels: the second step of the run (the first sets up libraries and caches).
-        const bool trace = !opt.trace_kernels.empty() && step == std::min(cfg.steps - 1, first_step + 1);
+        // --trace-kernels: the run's last step, a steady one (the first sets up libraries and
+        // caches; the GPU's clocks settle under its power limit over the first steps).
+        const bool trace = !opt.trace_kernels.empty() && step == cfg.steps - 1;
         std::vector<TracedKernel> traced;
         auto traced_run = [&](const std::function<void()>& f) {
             if (!trace) return f();
@@ -364,9 +365,9 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         };
         const auto t0 = clock::now();
         const double joules0 = energy ? energy->joules() : -1;  // the GPU is idle: the last step synchronized
-        model->zero_grad();
         double loss = 0;
         traced_run([&] {
+            model->zero_grad();
             for (int micro = 0; micro < cfg.grad_accum; micro++) {
                 train_data.next_batch(inputs.data(), targets.data());
                 loss += model->forward_backward(inputs.data(), targets.data(), 1.0f / cfg.grad_accum);

@@ -20,7 +20,7 @@ struct TrainOptions {
     std::string device = "auto";  // auto | cpu | cuda
     std::string recompute = "none";  // none | gelu | mlp: what backward recomputes (GPU memory; backend.hpp)
     std::string fusion = "auto";     // GPU path: coda, unfused, or auto (coda on sm_80+ GPUs)
-    std::string trace_kernels;       // write the kernels of one training step to this file; empty: none
+    std::string trace_kernels;       // write the last step's kernels, memsets and copies to this file; empty: none
     // Time each step's phases with CUDA events (step_phases.hpp; GPU): print their medians over the
     // steady steps at the end, add them to metrics.jsonl's step lines and to the bench_json record.
     bool phase_times = false;

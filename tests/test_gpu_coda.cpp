@@ -279,6 +279,18 @@ TEST(KernelTrace, TimeTable) {
     EXPECT_NE(table.find("     0.250        1   6.2%  gemm_kernel sm80 QkvGradient"), std::string::npos);
     EXPECT_NE(table.find("     4.000        5 100.0%  all kernels"), std::string::npos);
     EXPECT_NE(table.find("     0.875                  GPU idle between kernels"), std::string::npos);
+    EXPECT_EQ(table.find("memsets and copies"), std::string::npos);
+
+    // Memsets and copies: one line of their own, outside the kernels' rows, sum and shares; their
+    // idle time counts.
+    const std::string with_memory = kernel_time_table(
+        {{"[memset 5.80 GiB]", 2.0, 0.0, true}, {qkv, 2.0, 0.125}, {"[memcpy HtoD 64 KiB]", 0.5, 1.0, true}, {qkv, 1.0}});
+    std::printf("%s", with_memory.c_str());
+    EXPECT_NE(with_memory.find("     3.000        2 100.0%  gemm_kernel sm90 QkvForward"), std::string::npos);
+    EXPECT_NE(with_memory.find("     3.000        2 100.0%  all kernels"), std::string::npos);
+    EXPECT_NE(with_memory.find("     2.500        2         memsets and copies"), std::string::npos);
+    EXPECT_NE(with_memory.find("     1.125                  GPU idle between kernels"), std::string::npos);
+    EXPECT_EQ(with_memory.find("[memset"), std::string::npos);
 }
 
 // One training step (forward, backward, optimizer step) of each path, traced with CUPTI: the
@@ -308,6 +320,10 @@ TEST(KernelTrace, FusedStepLaunchesNoLayerNormGeluResidualOrBiasKernel) {
         EXPECT_GE(k.ms, 0.0) << k.name;
         EXPECT_GE(k.idle_ms, 0.0) << k.name;
     }
+    // zero_grad's memset of the fp32 gradients is on the step's timeline, and named so
+    bool gradient_memset = false;
+    for (const TracedKernel& k : fused) gradient_memset |= k.memory_op && k.name.rfind("[memset ", 0) == 0;
+    EXPECT_TRUE(gradient_memset);
 
     auto launched = [](const std::vector<TracedKernel>& trace, const std::string& prefix) {
         std::set<std::string> names;
