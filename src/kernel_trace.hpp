@@ -13,14 +13,15 @@ struct TracedKernel {
     std::string name;  // demangled (a library's unmangled names as they are)
     double ms;         // its run time on the GPU, end minus start as CUPTI records them
     double idle_ms = 0;  // the GPU's idle time just before it: its start minus the latest end of the
-                         // kernels launched before it in the same trace, when positive
-    bool memory_op = false;  // a memset or copy, not a kernel: named "[memset 5.80 GiB]", "[memcpy HtoD 64 KiB]"
+                         // kernels, memsets and copies launched before it in the same trace, when positive
+    bool memory_op = false;  // a memset or copy, not a kernel ("[memset 5.80 GiB]", "[memcpy HtoD 64 KiB]")
 };
 
 // Runs fn (after waiting for earlier GPU work) and returns the kernels it launched on any stream,
-// and its memsets and copies (memory_op), ordered by launch. Waits for the device before returning. Throws Error when CUPTI fails (e.g.
-// another profiler holds it). Kernel activity records serialize concurrent kernels a little; the
-// times are for finding where a step's time goes, not for benchmarks.
+// and its memsets and copies (memory_op), ordered by launch. Waits for the device before
+// returning. Throws Error when CUPTI fails (e.g. another profiler holds it). Kernel activity
+// records serialize concurrent kernels a little; the times are for finding where a step's time
+// goes, not for benchmarks.
 std::vector<TracedKernel> trace_kernels(const std::function<void()>& fn);
 
 // A table of where the time of `kernels` goes: one line per distinct kernel (full demangled name,

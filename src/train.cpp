@@ -351,13 +351,15 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     std::vector<StepPhases> phases;  // --phase-times: each updated step's
     int bad_in_a_row = 0;
     double avg_seconds = 0;  // for the live line
+    // --trace-kernels: the last step this run takes (of cfg.steps, or --stop-after's), a steady one
+    // (the first sets up libraries and caches; the GPU's clocks settle under its power limit).
+    const bool stops_early = opt.stop_after > first_step && opt.stop_after < cfg.steps;
+    const int traced_step = (stops_early ? opt.stop_after : cfg.steps) - 1;
     for (int step = first_step; step < cfg.steps; step++) {
         if (cfg.eval_every > 0 && step % cfg.eval_every == 0) eval_and_log(step);
         if (cfg.sample_every > 0 && step % cfg.sample_every == 0) sample_and_log(step);
 
-        // --trace-kernels: the run's last step, a steady one (the first sets up libraries and
-        // caches; the GPU's clocks settle under its power limit over the first steps).
-        const bool trace = !opt.trace_kernels.empty() && step == cfg.steps - 1;
+        const bool trace = !opt.trace_kernels.empty() && step == traced_step;
         std::vector<TracedKernel> traced;
         auto traced_run = [&](const std::function<void()>& f) {
             if (!trace) return f();
