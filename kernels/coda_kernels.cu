@@ -9,7 +9,7 @@ namespace codagpt {
 namespace {
 
 // A fold block: 32 threads (8 columns each: kFoldVec), or 8 columns of W^T, by 8 slices of k
-constexpr int kFoldCols = 32, kFoldSplit = 8, kFoldVec = 8;
+constexpr int kFoldColThreads = 32, kFoldSplit = 8, kFoldVec = 8;
 constexpr int kThreads = 256;
 // Row finalize kernels: a group of `lanes` threads a row (a warp where a row has more than 16
 // partials: the LM head's rows have 393, which with a thread a row took the loss 0.21-0.24 ms;
@@ -45,12 +45,12 @@ __device__ bool group_writes(int i, int lanes) { return i >= 0 && threadIdx.x % 
 // j0 = 8 (32 blockIdx.x + tx) over k = ty, ty + 8, ... with 16-byte loads and stores, a warp 512
 // consecutive bytes a k (the qkv and fc folds of a 1.5B step 0.98 ms; with a thread a column, 64
 // bytes a warp, 1.78); thread t of the block then adds column t's 8 slices in slice order.
-__global__ void __launch_bounds__(kFoldCols* kFoldSplit)
+__global__ void __launch_bounds__(kFoldColThreads* kFoldSplit)
     fold_layernorm_rows_kernel(bf16* w_folded, float* c, float* b_folded, const bf16* w, const float* gamma,
                                const float* beta, const float* b, int K, int N) {
-    constexpr int kBlockCols = kFoldCols * kFoldVec;
+    constexpr int kBlockCols = kFoldColThreads * kFoldVec;
     __shared__ float s_c[kFoldSplit][kBlockCols], s_b[kFoldSplit][kBlockCols];
-    const int tx = threadIdx.x % kFoldCols, ty = threadIdx.x / kFoldCols, layer = blockIdx.y;
+    const int tx = threadIdx.x % kFoldColThreads, ty = threadIdx.x / kFoldColThreads, layer = blockIdx.y;
     const int j0 = blockIdx.x * kBlockCols + tx * kFoldVec;
     const long wofs = (long)layer * K * N;
     gamma += (long)layer * K, beta += (long)layer * K;
@@ -199,11 +199,13 @@ void coda_fold_layernorm(bf16* w_folded, float* c, float* b_folded, const bf16* 
             w_folded, c, b_folded, w, gamma, beta, b, K, N);
         CUDA_CHECK_LAUNCH(fold_layernorm_transposed_kernel);
     } else {
-        if (N % kFoldVec != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0 || reinterpret_cast<uintptr_t>(w_folded) % 16 != 0)
+        const bool aligned = reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(w_folded) % 16 == 0;
+        if (N % kFoldVec != 0 || !aligned)
             throw Error("coda_fold_layernorm: N = " + std::to_string(N) +
                         " must be a multiple of 8 and both weight pointers 16-byte aligned");
-        fold_layernorm_rows_kernel<<<dim3(ceil_div(N, kFoldCols * kFoldVec), layers), kFoldCols * kFoldSplit, 0, stream>>>(
-            w_folded, c, b_folded, w, gamma, beta, b, K, N);
+        const dim3 grid(ceil_div(N, kFoldColThreads * kFoldVec), layers);
+        fold_layernorm_rows_kernel<<<grid, kFoldColThreads * kFoldSplit, 0, stream>>>(w_folded, c, b_folded, w, gamma,
+                                                                                      beta, b, K, N);
         CUDA_CHECK_LAUNCH(fold_layernorm_rows_kernel);
     }
 }

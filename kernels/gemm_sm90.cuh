@@ -887,6 +887,16 @@ constexpr double kWidePerElement = 0.8, kWideEpilogueKBlocks = 25;
 // this many k-blocks on: the 1.5B ResidualForward gained on the wide tile at K = 6400 (100 k-blocks,
 // 25.34 -> 23.92 ms a traced step) and lost at K = 1600 (25, 8.51 -> 8.74); 50 lies between.
 constexpr int kWideProgramMinKBlocks = 50;
+// A configuration's relative cost an output element a k-block, fitted on the H200.
+inline double cost_per_element(Tile t) {
+    switch (t) {
+        case Tile::kPingPong128x128: return 0.85;
+        case Tile::k128x128: return 1.15;
+        case Tile::k128x320:
+        case Tile::k128x320C2: return kWidePerElement;
+        default: return 1.0;
+    }
+}
 
 inline int split_k_blocks(int k_blocks, int splits) { return (k_blocks + splits - 1) / splits; }
 // K's k-blocks split `splits` ways (1 to kMaxSplits) leave no split empty.
@@ -938,9 +948,7 @@ inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = fa
             if (!forced && t == Tile::kPingPong128x128 && units < 2l * sms) continue;
             const long per_cta = (units + sms - 1) / sms;
             const bool wide = tile_n(t) == 320;
-            const double per_element =
-                t == Tile::kPingPong128x128 ? 0.85 : t == Tile::k128x128 ? 1.15 : wide ? kWidePerElement : 1.0;
-            const double cost = (double)per_cta * tile_m(t) * tile_n(t) * per_element *
+            const double cost = (double)per_cta * tile_m(t) * tile_n(t) * cost_per_element(t) *
                                 (per_split + (s > 1 ? kSplitCostKBlocks : 0.0) + (wide ? wide_epilogue : 0.0));
             if (cost < best_cost) {
                 best = {t, s};

@@ -195,7 +195,7 @@ struct EmulatorRunner {
     T* at(std::vector<T>& v) { return v.data(); }
     template <class T>
     const T* at(const std::vector<T>& v) { return v.data(); }
-    template <class P = void>
+    template <class P>
     TileShape shape(const HostGemm&) const {
         return tile;
     }
@@ -336,7 +336,7 @@ void check_residual_stats(R& run, const Case& c) {
     Rng rng(18);
     const std::vector<bf16> x = random_act<bf16>(rng, (size_t)M * N, 1.0, 0.7);
     const HostGemm pass{M, N, 0};
-    const int tiles_n = n_tiles(N, run.shape(pass).bn);
+    const int tiles_n = n_tiles(N, run.template shape<ResidualStats<>>(pass).bn);
     std::vector<float> stats = partials(M, tiles_n, Welford::kWords);
     ResidualStats<> p;
     p.x = {run.at(x), {N}};
@@ -355,7 +355,7 @@ void check_lm_head_forward(R& run, const Case& c) {
     for (int& t : target) t = (int)rng.below(vocab);
     std::vector<bf16> logits = nan_filled<bf16>((size_t)M * N);
     const HostGemm gemm{M, N, K, &x.x, {K}, &lin.w_folded, {N}};
-    const int tiles_n = n_tiles(N, run.shape(gemm).bn);
+    const int tiles_n = n_tiles(N, run.template shape<LmHeadForward<>>(gemm).bn);
     std::vector<float> lse = partials(M, tiles_n, MaxSumExp::kWords), target_logit = nan_filled<float>(M);
     LmHeadForward<> p;
     p.ln = lin.fold(run, x.mu, x.rstd);
@@ -435,7 +435,7 @@ void check_gelu_backward(R& run, const Case& c) {
     const std::vector<bf16> f = random_act<bf16>(rng, (size_t)M * N, 1.5);
     std::vector<bf16> g = nan_filled<bf16>((size_t)M * N);
     const HostGemm gemm{M, N, K, &dres, {K}, &wp, {K, true}};
-    FoldGradientBuffers<> out(M, N, run.shape(gemm));
+    FoldGradientBuffers<> out(M, N, run.template shape<GeluBackward<>>(gemm));
     GeluBackward<> p;
     p.f = {run.at(f), {N}};
     p.g = {run.at(g), {N}};
@@ -458,7 +458,7 @@ void check_qkv_gradient(R& run, const Case& c) {
     const FoldedLinear qkv_lin(rng, K, N);
     const std::vector<bf16> dqkv = random_act<bf16>(rng, (size_t)M * N), qkv = random_act<bf16>(rng, (size_t)M * N);
     const HostGemm pass{M, N, 0};
-    FoldGradientBuffers<> out(M, N, run.shape(pass));
+    FoldGradientBuffers<> out(M, N, run.template shape<QkvGradient<>>(pass));
     QkvGradient<> p;
     p.dqkv = {run.at(dqkv), {N}}, p.qkv = {run.at(qkv), {N}};
     p.fold = out.program(run, x, qkv_lin);
@@ -485,7 +485,7 @@ void check_cross_entropy_gradient(R& run, const Case& c) {
     }
     const float scale = 1.f / 64;
     const HostGemm pass{M, N, 0};
-    FoldGradientBuffers<> out(M, N, run.shape(pass));
+    FoldGradientBuffers<> out(M, N, run.template shape<CrossEntropyGradient<>>(pass));
     CrossEntropyGradient<> p;
     p.logits = {run.at(std::as_const(logits)), {N}};
     p.lse = {run.at(std::as_const(lse))};
@@ -514,7 +514,7 @@ void check_ln_backward_x(R& run, const Case& c) {
     const std::vector<bf16> dz_hat = random_act<bf16>(rng, (size_t)M * N), dres = random_act<bf16>(rng, (size_t)M * K);
     const std::vector<float> m1 = random_floats(rng, M, 0.1), m2 = random_floats(rng, M, 0.1);
     const HostGemm gemm{M, K, N, &dz_hat, {N}, &lin.w_folded, {N, true}};
-    const int tiles_m = n_tiles(M, run.shape(gemm).bm);
+    const int tiles_m = n_tiles(M, run.template shape<LnBackwardX<>>(gemm).bm);
     for (const bool pass_through : {true, false}) {
         std::vector<bf16> dx = nan_filled<bf16>((size_t)M * K);
         std::vector<float> bias_grad = partials(tiles_m, K, 1);
@@ -555,7 +555,7 @@ void check_ln_backward_w(R& run, const Case& c) {
                              v = random_floats(rng, N), db = random_floats(rng, N, 0.1);
     const std::vector<W> w = to_act<W>(to_double(random_floats(rng, (size_t)K * N, 1 / std::sqrt(K))));
     const HostGemm gemm{K, N, T, &x.x, {K, true}, &dz_hat, {N}};
-    const int tiles_n = n_tiles(N, run.shape(gemm).bn);
+    const int tiles_n = n_tiles(N, run.template shape<LnBackwardW<W>>(gemm).bn);
     std::vector<float> dw = random_floats(rng, (size_t)K * N, 0.01), dgamma = partials(K, tiles_n, 1), dbeta = dgamma;
     const Vec dw_before = to_double(dw);
     LnBackwardW<W> p;

@@ -57,7 +57,7 @@ class GpuRunner {
     T* at(std::vector<T>& v) { return static_cast<T*>(mirror(v.data(), v.size() * sizeof(T), v.data())); }
     template <class T>
     const T* at(const std::vector<T>& v) { return static_cast<const T*>(mirror(v.data(), v.size() * sizeof(T), nullptr)); }
-    template <class P = void>
+    template <class P>
     TileShape shape(const HostGemm& g) const {
         if (forced(g)) return sm90::detail::tile_shape_of(sm90::kTiles[tile_]);
         return gemm_tile_shape<P>(GemmProblem{g.M, g.N, g.K, {nullptr, g.la}, {nullptr, g.lb}}, mainloop_);
@@ -204,7 +204,7 @@ Buffers fused_outputs(R& run, const Case& c) {
     Buffers out;
 
     const HostGemm dg{M, N, K, &dres, {K}, &wp, {K, true}};
-    FoldGradientBuffers<Act> fold(M, N, run.shape(dg));
+    FoldGradientBuffers<Act> fold(M, N, run.template shape<GeluBackward<Act>>(dg));
     std::vector<Act> g = nan_filled<Act>((size_t)M * N);
     GeluBackward<Act> gelu_backward;
     gelu_backward.f = {run.at(f), {N}}, gelu_backward.g = {run.at(g), {N}};
@@ -214,9 +214,8 @@ Buffers fused_outputs(R& run, const Case& c) {
                            {"db", fold.db}, {"v", fold.v}});
 
     const HostGemm proj{M, N, K, &x.x, {K}, &lin.w_folded, {N}};
-    const int tiles_n = n_tiles(N, run.shape(proj).bn);
     std::vector<Act> x_out = nan_filled<Act>((size_t)M * N);
-    std::vector<float> stats = partials(M, tiles_n, Welford::kWords);
+    std::vector<float> stats = partials(M, n_tiles(N, run.template shape<ResidualForward<Act>>(proj).bn), Welford::kWords);
     ResidualForward<Act> residual_forward;
     residual_forward.bias = {run.at(bias)}, residual_forward.residual = {run.at(residual), {N}};
     residual_forward.x_out = {run.at(x_out), {N}}, residual_forward.row_stats = {run.at(stats)};
@@ -224,7 +223,8 @@ Buffers fused_outputs(R& run, const Case& c) {
     out.insert(out.end(), {{"x'", floats(x_out)}, {"Welford partials", stats}});
 
     std::vector<Act> logits = nan_filled<Act>((size_t)M * N);
-    std::vector<float> lse = partials(M, tiles_n, MaxSumExp::kWords), target_logit = nan_filled<float>(M);
+    std::vector<float> lse = partials(M, n_tiles(N, run.template shape<LmHeadForward<Act>>(proj).bn), MaxSumExp::kWords);
+    std::vector<float> target_logit = nan_filled<float>(M);
     LmHeadForward<Act> lm_head;
     lm_head.ln = lin.fold(run, x.mu, x.rstd);
     lm_head.logits = {run.at(logits), {N}}, lm_head.vocab = vocab, lm_head.lse_partials = {run.at(lse)};
@@ -246,7 +246,12 @@ class GpuEngine : public testing::TestWithParam<Mainloop> {
 TEST_P(GpuEngine, PartialsMatchTheEmulator) {
     const Case c{264, 1600, 1600};
     GpuRunner gpu(GetParam());
-    EmulatorRunner emulator{gpu.shape(HostGemm{c.M, c.N, c.K, nullptr, {c.K}, nullptr, {c.N}})};
+    const HostGemm g{c.M, c.N, c.K, nullptr, {c.K}, nullptr, {c.N}};
+    // the emulator runs the three programs of fused_outputs on one tile: the GPU's plan for each
+    const TileShape tile = gpu.shape<GeluBackward<float>>(g);
+    for (const TileShape& t : {gpu.shape<ResidualForward<float>>(g), gpu.shape<LmHeadForward<float>>(g)})
+        ASSERT_TRUE(t.bm == tile.bm && t.bn == tile.bn) << "the programs' plans differ at this size";
+    EmulatorRunner emulator{tile};
     std::printf("  tile %dx%d\n", emulator.tile.bm, emulator.tile.bn);
     const Buffers got = fused_outputs<float>(gpu, c), want = fused_outputs<float>(emulator, c);
     ASSERT_EQ(got.size(), want.size());
@@ -334,7 +339,7 @@ TEST(GpuPass, ReadsUnalignedAndTransposedTilesAsAlignedOnes) {
     auto outputs = [&](bool unaligned, bool transposed) {
         GpuRunner run(Mainloop::Sm80);
         const HostGemm pass{M, N, 0};
-        FoldGradientBuffers<> out(M, N, run.shape(pass));
+        FoldGradientBuffers<> out(M, N, run.shape<QkvGradient<>>(pass));
         QkvGradient<> p;
         p.dqkv = unaligned ? LoadTile<bf16>{run.at(std::as_const(dqkv_off)) + 1, {N}} : LoadTile<bf16>{run.at(dqkv), {N}};
         p.qkv = transposed ? LoadTile<bf16>{run.at(qkv_t), {M, true}} : LoadTile<bf16>{run.at(qkv), {N}};
@@ -369,7 +374,7 @@ TEST(GpuEpilogue, AccessesUnalignedAndTransposedTilesAsAlignedOnes) {
     enum Form { kAligned, kUnaligned, kTransposed };
     auto outputs = [&](Mainloop mainloop, Form form) {
         GpuRunner run(mainloop);
-        FoldGradientBuffers<> out(M, N, run.shape(gemm));
+        FoldGradientBuffers<> out(M, N, run.shape<GeluBackward<>>(gemm));
         std::vector<bf16> g = nan_filled<bf16>(1 + (size_t)M * N);  // unaligned: from element 1
         GeluBackward<> p;
         if (form == kAligned) p.f = {run.at(f), {N}}, p.g = {run.at(g), {N}};
