@@ -35,6 +35,7 @@ namespace {
 
 constexpr int kBK = 64;  // a k-block: 4 k16 steps over 128-byte rows (K-major, 128-byte swizzle)
 
+#ifdef CODA_SM90_DEVICE  // the wgmma instructions exist in the sm_90a device pass only
 // d[64 x 128] += A[64 x 16] B[16 x 128], A from registers (the m16n8k16 A fragment of each warp's
 // 16 rows, as ldmatrix.x4 leaves it), B K-major from shared memory. Not in the engine (its mainloop
 // takes both operands from shared memory): here to measure what A from registers changes.
@@ -66,12 +67,13 @@ __device__ inline void ldmatrix_a(uint32_t (&a)[4], uint32_t base, int kk) {
                  : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                  : "r"(addr));
 }
+#endif
 
 // N: the wgmma's n; FM: m64 blocks a warpgroup (wgmmas a k16 step sharing B); WGS: warpgroups a
 // block, all issuing at once. Shared memory: each warpgroup's A (FM x 64 rows) and one B (N rows).
 template <int N, int FM, int WGS>
 __global__ void __launch_bounds__(128 * WGS) wgmma_loop(float* out, long long* cycles, int iters) {
-#ifdef CODA_SM90_DEVICE  // the wgmma wrappers exist in the sm_90a device pass only
+#ifdef CODA_SM90_DEVICE
     namespace ptx = codagpt::coda::sm90::ptx;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
