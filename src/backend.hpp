@@ -75,6 +75,22 @@ const char* recompute_name(Recompute r);
 
 struct GPUBackendOptions {
     Recompute recompute = Recompute::none;
+    // --recompute-layers: recompute in layers [0, n) only and keep the later layers' activations
+    // (less time, more memory than every layer); 0: every layer. Ignored with Recompute::none.
+    int recompute_layers = 0;
+};
+
+// The layers whose activations backward recomputes: [0, recomputed_layers(...)).
+inline int recomputed_layers(Recompute r, int recompute_layers, int n_layer) {
+    if (r == Recompute::none) return 0;
+    return recompute_layers > 0 && recompute_layers < n_layer ? recompute_layers : n_layer;
+}
+// A per-layer activation that layers [0, r) recompute in backward: those layers share one slot
+// (each overwrites it in forward and rebuilds it in backward), the later layers keep one each.
+struct LayerSlots {
+    int r;  // recomputed layers
+    size_t count(size_t n_layer) const { return n_layer - (size_t)r + (r > 0 ? 1 : 0); }
+    size_t of(int l) const { return l < r ? 0 : (size_t)(l - r) + (r > 0 ? 1 : 0); }
 };
 // data_parallel: this process is one rank of a data-parallel job (data_parallel.hpp); its backend
 // trains on the rank's micro-batches, averages the gradients across ranks on the last of the

@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
                       "MLP activations, run the fc GEMM again in backward (GPU; less memory, more time)")
         ->check(CLI::IsMember({"none", "gelu", "mlp"}))
         ->capture_default_str();
+    train->add_option("--recompute-layers", train_opt.recompute_layers,
+                      "With --recompute gelu|mlp: recompute in the first N layers only and keep the others' "
+                      "activations (between the two modes' memory and time; default: every layer)");
     train->add_option("--fusion", train_opt.fusion,
                       "GPU path: coda (LayerNorm, GELU, bias and residual in GEMM epilogues), unfused, or auto "
                       "(coda on sm_80+ GPUs)")

@@ -47,7 +47,9 @@ struct Fold {
 struct GPT2CodaGPU::Impl {
     ModelConfig cfg;
     int B, T, M;  // M = B*T tokens
-    bool recompute_f;  // --recompute mlp: f kept for one layer, recomputed in backward by the fc GEMM
+    // --recompute mlp: layers [0, f_slots.r) keep no f (they share one buffer): backward recomputes
+    // it by the fc GEMM
+    LayerSlots f_slots;
     size_t n_params = 0;
     DeviceBuffers mem;  // declared before every pointer into it
     Attention attention;
@@ -95,7 +97,12 @@ struct GPT2CodaGPU::Impl {
     float grad_scale = 1.f;
 
     Impl(const ModelConfig& c, int B_, int T_, const GPUModelOptions& opt)
-        : cfg(c), B(B_), T(T_), M(B_ * T_), recompute_f(opt.recompute == Recompute::mlp), attention(opt.prefer_cudnn) {
+        : cfg(c),
+          B(B_),
+          T(T_),
+          M(B_ * T_),
+          f_slots{opt.recompute == Recompute::mlp ? recomputed_layers(opt.recompute, opt.recompute_layers, c.n_layer) : 0},
+          attention(opt.prefer_cudnn) {
         if (B < 1 || T < 1 || T > c.max_seq_len || M % 8 != 0)
             throw Error("fused GPU model: needs 1 <= seq_len <= max_seq_len and batch_size * seq_len a multiple of 8, got " +
                         std::to_string(B) + " x " + std::to_string(T));
@@ -128,7 +135,7 @@ struct GPT2CodaGPU::Impl {
         qkv = mem.alloc<bf16>(L * 3 * MC);
         y = mem.alloc<bf16>(L * MC);
         x_mid = mem.alloc<bf16>(L * MC);
-        f = mem.alloc<bf16>((recompute_f ? 1 : L) * 4 * MC);
+        f = mem.alloc<bf16>(f_slots.count(L) * 4 * MC);
         mu = mem.alloc<float>((L + 1) * M);
         rstd = mem.alloc<float>((L + 1) * M);
         mu_mid = mem.alloc<float>(L * M);
@@ -181,7 +188,7 @@ struct GPT2CodaGPU::Impl {
         coda_fold_layernorm(fc_folded, fc_c, fc_bf, p.fc_w, false, v32.ln2_w, v32.ln2_b, v32.fc_b, C, 4 * C, L, stream);
         coda_fold_layernorm(lm_folded, lm_c, lm_bf, p.wte, true, v32.lnf_w, v32.lnf_b, nullptr, C, Vp, 1, stream);
     }
-    bf16* f_of(int l) const { return f + (recompute_f ? 0 : (size_t)l * 4 * M * cfg.n_embd); }
+    bf16* f_of(int l) const { return f + f_slots.of(l) * 4 * M * cfg.n_embd; }
     Fold qkv_fold(int l) const {
         const size_t C = cfg.n_embd;
         return {qkv_folded + l * C * 3 * C, qkv_c + l * 3 * C, qkv_bf + l * 3 * C};
@@ -365,7 +372,7 @@ struct GPT2CodaGPU::Impl {
             const float *mu_mid_l = mu_mid + (size_t)l * M, *rstd_mid_l = rstd_mid + (size_t)l * M;
             const Fold qf = qkv_fold(l), ff = fc_fold(l);
 
-            if (recompute_f) {  // --recompute mlp: f again, by the fc GEMM of forward (step 5) without g
+            if (l < f_slots.r) {  // --recompute mlp: f again, by the fc GEMM of forward (step 5) without g
                 FcPreactivation<bf16> pr;
                 pr.ln = {{mu_mid_l}, {rstd_mid_l}, {ff.c}, {ff.b_folded}};
                 pr.z = {f_of(l), {C4}};

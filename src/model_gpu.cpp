@@ -95,7 +95,7 @@ struct GPT2GPU::Impl {
         size_t total = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_at_start, &total));
         fixed_bytes = TrainableParams::device_bytes(c, opt.data_parallel.get());
-        bytes_per_token = sizeof(bf16) * (C + L * C * (1 + 3 + 1 + 1 + 1 + 1) + (layers_of_fch() + layers_of_gelu()) * 4 * C +
+        bytes_per_token = sizeof(bf16) * (C + L * C * (1 + 3 + 1 + 1 + 1 + 1) + (fch_slots().count(L) + gelu_slots().count(L)) * 4 * C +
                                           C + Vp + C * (1 + 1 + 1 + 4 + 3)) +
                           sizeof(float) * (L * 4 + L * NH + 2 + 1) + sizeof(int) * 2;
 
@@ -117,8 +117,8 @@ struct GPT2GPU::Impl {
         ln2 = alloc<bf16>(L * BTC);
         ln2_mean = alloc<float>(L * BT);
         ln2_rstd = alloc<float>(L * BT);
-        fch = alloc<bf16>(layers_of_fch() * 4 * BTC);
-        fch_gelu = alloc<bf16>(layers_of_gelu() * 4 * BTC);
+        fch = alloc<bf16>(fch_slots().count(L) * 4 * BTC);
+        fch_gelu = alloc<bf16>(gelu_slots().count(L) * 4 * BTC);
         residual3 = alloc<bf16>(L * BTC);
         lnf = alloc<bf16>(BTC);
         lnf_mean = alloc<float>(BT);
@@ -149,12 +149,15 @@ struct GPT2GPU::Impl {
 
     // Residual stream entering layer l.
     bf16* residual_in(size_t l) const { return l == 0 ? encoded : residual3 + (l - 1) * (size_t)B * T * cfg.n_embd; }
-    // The fc output and the GELU output are kept for every layer, or (recomputed in backward) in one
-    // buffer that each layer reuses.
-    size_t layers_of_fch() const { return opt.recompute == Recompute::mlp ? 1 : cfg.n_layer; }
-    size_t layers_of_gelu() const { return opt.recompute == Recompute::none ? cfg.n_layer : 1; }
-    bf16* fch_out(size_t l) const { return fch + (layers_of_fch() == 1 ? 0 : l) * 4 * (size_t)B * T * cfg.n_embd; }
-    bf16* gelu_out(size_t l) const { return fch_gelu + (layers_of_gelu() == 1 ? 0 : l) * 4 * (size_t)B * T * cfg.n_embd; }
+    // The fc output and the GELU output are kept for every layer but those backward recomputes
+    // them for (--recompute mlp: both, gelu: the GELU output; --recompute-layers: the first n
+    // layers, else all), which share one buffer.
+    LayerSlots fch_slots() const {
+        return {opt.recompute == Recompute::mlp ? recomputed_layers(opt.recompute, opt.recompute_layers, cfg.n_layer) : 0};
+    }
+    LayerSlots gelu_slots() const { return {recomputed_layers(opt.recompute, opt.recompute_layers, cfg.n_layer)}; }
+    bf16* fch_out(int l) const { return fch + fch_slots().of(l) * 4 * (size_t)B * T * cfg.n_embd; }
+    bf16* gelu_out(int l) const { return fch_gelu + gelu_slots().of(l) * 4 * (size_t)B * T * cfg.n_embd; }
 
     double forward(const int* in_host, const int* tgt_host, bool backward_next, float grad_scale) {
         const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, V = cfg.vocab_size;
@@ -212,8 +215,8 @@ struct GPT2GPU::Impl {
             bf16* const l_ln2 = ln2 + l * BTC;
             bf16* const l_fch = fch_out(l);
             // dresidual is the gradient of residual3[l] = residual2 + fcproj(gelu(fc(ln2)))
-            if (opt.recompute == Recompute::mlp) matmul.forward(l_fch, l_ln2, w.fc_w, w.fc_b, BT, C, 4 * C, stream);
-            if (opt.recompute != Recompute::none) gelu_forward(gelu_out(l), l_fch, 4 * BTC, stream);
+            if (l < fch_slots().r) matmul.forward(l_fch, l_ln2, w.fc_w, w.fc_b, BT, C, 4 * C, stream);
+            if (l < gelu_slots().r) gelu_forward(gelu_out(l), l_fch, 4 * BTC, stream);
             matmul.backward_weight(dw.fcproj_w, gelu_out(l), dresidual, BT, 4 * C, C, stream);
             bias_backward(dw.fcproj_b, reduce_scratch, dresidual, BT, C, stream);
             matmul.backward_input(dbt4c, dresidual, w.fcproj_w, BT, 4 * C, C, false, stream);

@@ -27,6 +27,7 @@ struct GPUModelOptions {
     // One rank of a data-parallel job (ZeRO-1 shard of the optimizer state, gradients reduced
     // across ranks, weights all-gathered after each step); null for a single process.
     std::shared_ptr<DataParallel> data_parallel;
+    int recompute_layers = 0;  // recompute in layers [0, n) only; 0: every layer (GPUBackendOptions)
 };
 
 class GPT2GPU {

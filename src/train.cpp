@@ -110,7 +110,7 @@ private:
 std::unique_ptr<TrainBackend> make_backend(const TrainConfig& cfg, const TrainOptions& opt,
                                            const std::shared_ptr<DataParallel>& dp) {
     if (use_gpu(opt.device)) {
-        const GPUBackendOptions gpu{parse_recompute(opt.recompute)};
+        const GPUBackendOptions gpu{parse_recompute(opt.recompute), opt.recompute_layers};
         return use_coda(opt.fusion) ? make_coda_gpu_backend(cfg, gpu, dp) : make_gpu_backend(cfg, gpu, dp);
     }
     return make_cpu_backend(cfg);
@@ -181,8 +181,15 @@ std::string duration_text(double seconds) {
 
 int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     validate(cfg);
-    parse_recompute(opt.recompute);  // refused before anything runs
+    const Recompute recompute = parse_recompute(opt.recompute);  // refused before anything runs
     const ModelConfig& mc = cfg.model;
+    if (opt.recompute_layers != 0) {
+        if (recompute == Recompute::none)
+            throw Error("--recompute-layers needs --recompute gelu or mlp: it limits their recomputation to the first layers");
+        if (opt.recompute_layers < 1 || opt.recompute_layers > mc.n_layer)
+            throw Error("--recompute-layers must be between 1 and n_layer " + std::to_string(mc.n_layer) + ", got " +
+                        std::to_string(opt.recompute_layers));
+    }
     const int B = cfg.batch_size, T = cfg.seq_len;
     if (opt.stop_after < 0) throw Error("--stop-after must be >= 0, got " + std::to_string(opt.stop_after));
     if (!opt.init_from.empty() && !opt.resume.empty())
@@ -511,6 +518,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
                               {"backend", gpu.empty() ? "cpu" : "cuda"},
                               {"fusion", gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json(use_coda(opt.fusion) ? "coda" : "unfused")},
                               {"recompute", opt.recompute},
+                              {"recompute_layers", recomputed_layers(recompute, opt.recompute_layers, mc.n_layer)},
                               {"model", cfg.name},
                               {"batch", B},
                               {"seq", T},

@@ -19,6 +19,7 @@ struct SampleText {
 struct TrainOptions {
     std::string device = "auto";  // auto | cpu | cuda
     std::string recompute = "none";  // none | gelu | mlp: what backward recomputes (GPU memory; backend.hpp)
+    int recompute_layers = 0;        // recompute in layers [0, n) only (needs recompute gelu|mlp); 0: every layer
     std::string fusion = "auto";     // GPU path: coda, unfused, or auto (coda on sm_80+ GPUs)
     std::string trace_kernels;       // write the last step's kernels, memsets and copies to this file; empty: none
     // Time each step's phases with CUDA events (step_phases.hpp; GPU): print their medians over the

@@ -39,6 +39,8 @@ expect_error "n_layer" train --n_layer two
 expect_error "bogus" train --set bogus=1
 expect_error "--device" train --device tpu
 expect_error "--recompute" train --recompute everything
+expect_error "--recompute-layers needs --recompute gelu or mlp" train --recompute-layers 1
+expect_error "--recompute-layers must be between 1 and n_layer 2, got 3" train --recompute mlp --recompute-layers 3
 expect_error "seq_len" train --seq_len 100000
 expect_error "--input" prepare --out /tmp/x
 expect_error "cannot open checkpoint /nonexistent/ckpt_5.bin" train --device cpu --resume /nonexistent/ckpt_5.bin

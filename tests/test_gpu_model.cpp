@@ -137,8 +137,9 @@ TEST(GPUModel, TwentyStepsFollowCPUAndAreDeterministic) {
 }
 
 // --recompute trades memory for time and nothing else: on each path, training with GELU outputs or
-// all MLP activations recomputed in backward gives the bits of training with them kept (the same
-// kernels recompute the same values from the same inputs), losses and final weights alike.
+// all MLP activations recomputed in backward, in every layer or (--recompute-layers) in the first
+// ones only, gives the bits of training with them kept (the same kernels recompute the same values
+// from the same inputs), losses and final weights alike.
 TEST(GPUModel, RecomputeChangesNoBits) {
     REQUIRE_GPU();
     TrainConfig tc;
@@ -150,9 +151,10 @@ TEST(GPUModel, RecomputeChangesNoBits) {
     tc.warmup_steps = 1;
     const std::vector<float> init = gpt2_init_params(tc.model, 7);
     for (const bool coda : {false, true}) {
-        auto run = [&](Recompute r) {
-            SCOPED_TRACE(std::string(coda ? "fused" : "unfused") + ", --recompute " + recompute_name(r));
-            const GPUBackendOptions opt{r};
+        auto run = [&](Recompute r, int layers) {
+            SCOPED_TRACE(std::string(coda ? "fused" : "unfused") + ", --recompute " + recompute_name(r) +
+                         " in " + std::to_string(layers) + " layers (0: all)");
+            const GPUBackendOptions opt{r, layers};
             const std::unique_ptr<TrainBackend> gpu = coda ? make_coda_gpu_backend(tc, opt) : make_gpu_backend(tc, opt);
             gpu->load_params(init);
             std::vector<double> losses;
@@ -165,12 +167,13 @@ TEST(GPUModel, RecomputeChangesNoBits) {
             }
             return std::pair{losses, gpu->save_state().params};
         };
-        const auto kept = run(Recompute::none);
-        for (const Recompute r : {Recompute::gelu, Recompute::mlp}) {
-            const auto recomputed = run(r);
-            EXPECT_EQ(recomputed.first, kept.first) << (coda ? "fused" : "unfused") << ", " << recompute_name(r);
-            EXPECT_TRUE(recomputed.second == kept.second) << (coda ? "fused" : "unfused") << ", " << recompute_name(r);
-        }
+        const auto kept = run(Recompute::none, 0);
+        for (const Recompute r : {Recompute::gelu, Recompute::mlp})
+            for (const int layers : {0, 1, 2}) {  // of 3: the first layer and the first two share a buffer
+                const auto recomputed = run(r, layers);
+                EXPECT_EQ(recomputed.first, kept.first);
+                EXPECT_TRUE(recomputed.second == kept.second);
+            }
     }
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend.hpp"
 #include "checkpoint.hpp"
 #include "config.hpp"
 #include "data.hpp"
@@ -322,4 +323,32 @@ TEST_F(TrainRun, PhaseTimesNeedAGpu) {
     opt.phase_times = true;
     EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "--phase-times"));
     EXPECT_FALSE(fs::exists(cfg.out_dir));
+}
+
+// --recompute-layers: refused without a --recompute mode or outside [1, n_layer], before anything
+// runs; the layers it names share one activation buffer, the others keep one each.
+TEST_F(TrainRun, RecomputeLayersAreValidatedAndShareOneSlot) {
+    cfg.out_dir = (dir / "never").string();
+    TrainOptions opt;
+    opt.device = "cpu";
+    opt.recompute_layers = 1;
+    EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "--recompute-layers needs --recompute"));
+    opt.recompute = "mlp";
+    opt.recompute_layers = cfg.model.n_layer + 1;
+    EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "between 1 and n_layer"));
+    EXPECT_FALSE(fs::exists(cfg.out_dir));
+
+    EXPECT_EQ(recomputed_layers(Recompute::none, 3, 12), 0);
+    EXPECT_EQ(recomputed_layers(Recompute::mlp, 0, 12), 12);  // 0: every layer
+    EXPECT_EQ(recomputed_layers(Recompute::gelu, 5, 12), 5);
+    EXPECT_EQ(recomputed_layers(Recompute::mlp, 12, 12), 12);
+    const LayerSlots none{0}, first5{5}, all{12};
+    EXPECT_EQ(none.count(12), 12u);
+    EXPECT_EQ(first5.count(12), 8u);  // one shared by layers 0-4, then 5-11
+    EXPECT_EQ(all.count(12), 1u);
+    for (int l = 0; l < 12; l++) {
+        EXPECT_EQ(none.of(l), (size_t)l);
+        EXPECT_EQ(first5.of(l), l < 5 ? 0u : (size_t)(l - 4));
+        EXPECT_EQ(all.of(l), 0u);
+    }
 }
