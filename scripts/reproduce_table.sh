@@ -7,7 +7,8 @@
 # table.json (benchmark records, ../shared/design/RESULTS.md format) and table.md (the table).
 # Environment: STEPS (default 30) steps a run; MODELS (default "gpt2-350m gpt2-1.5b");
 # PEER=0 skips the PyTorch peer; RECOMPUTE (default none): the --recompute modes, each a row of the
-# table with both paths (e.g. "none mlp"); RUNS_DIR (default OUT/runs) receives the runs' folders
+# table with both paths (e.g. "none mlp"; MODE:N recomputes in the first N layers only, with
+# --recompute-layers N: "none mlp:31 mlp"); RUNS_DIR (default OUT/runs) receives the runs' folders
 # (metrics.jsonl).
 set -uo pipefail
 dir=$1; out=${2:-table_out}
@@ -23,11 +24,13 @@ steps=${STEPS:-30}
 
 for model in ${MODELS:-gpt2-350m gpt2-1.5b}; do
   for recompute in ${RECOMPUTE:-none}; do
+    mode=${recompute%%:*}; layers=()
+    [[ $recompute == *:* ]] && layers=(--recompute-layers "${recompute#*:}")
     for fusion in unfused coda; do
       # Evaluation once, after the last step (same val batches for both paths).
-      "$bin" train --config "$configs/$model.json" --device cuda --fusion $fusion --recompute $recompute \
+      "$bin" train --config "$configs/$model.json" --device cuda --fusion $fusion --recompute "$mode" "${layers[@]}" \
         --steps "$steps" --train_data "$data/train_*.bin" --val_data "$data/val_*.bin" --eval_every 0 \
-        --eval_batches 4 --log_every 10 --quiet --out_dir "${RUNS_DIR:-$out/runs}/$model-$fusion-$recompute" \
+        --eval_batches 4 --log_every 10 --quiet --out_dir "${RUNS_DIR:-$out/runs}/$model-$fusion-${recompute/:/-}" \
         --bench-json "$json" >> "$log" 2>&1 || echo "codagpt $model $fusion --recompute $recompute failed (see $log)" >&2
       grep -E "^done|error" "$log" | tail -1
     done
@@ -47,19 +50,26 @@ for model in ${MODELS:-gpt2-350m gpt2-1.5b}; do
 done
 
 # The table: one row per model and --recompute mode, from this run's records only.
-python3 - "$json" "$md" <<'EOF'
-import json, sys
+python3 - "$json" "$md" "$configs" <<'EOF'
+import json, os, sys
 records = json.load(open(sys.argv[1]))
+def n_layer(model):
+    try: return json.load(open(os.path.join(sys.argv[3], model + ".json")))["n_layer"]
+    except (OSError, KeyError, ValueError): return None
+def recompute_of(r):  # the row's label: the mode, with ":N" where it ran in the first N layers only
+    n = r.get("recompute_layers")
+    return r.get("recompute") if n in (None, 0, n_layer(r.get("model"))) else "{}:{}".format(r.get("recompute"), n)
 rows = ["| model | recompute | unfused tok/s | coda tok/s | speedup | unfused GiB | coda GiB | memory saved | "
         "MFU unfused | MFU coda | val loss unfused | val loss coda | rel. diff | torch.compile tok/s | "
         "J/step unfused | J/step coda | W unfused / coda (limit) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 rows_of = []  # (model, recompute) in the order measured
 for r in records:
-    if r.get("system") == "codagpt" and (r.get("model"), r.get("recompute")) not in rows_of:
-        rows_of.append((r.get("model"), r.get("recompute")))
-def pick(model, **kv):
-    found = [r for r in records if r.get("model") == model and all(r.get(k) == v for k, v in kv.items())]
+    if r.get("system") == "codagpt" and (r.get("model"), recompute_of(r)) not in rows_of:
+        rows_of.append((r.get("model"), recompute_of(r)))
+def pick(model, recompute=None, **kv):
+    found = [r for r in records if r.get("model") == model and all(r.get(k) == v for k, v in kv.items())
+             and (recompute is None or recompute_of(r) == recompute)]
     return found[-1] if found else None
 fmt = lambda x, f: "-" if x is None else f.format(x)
 limit = lambda u, c: (c or {}).get("power_limit_w") or (u or {}).get("power_limit_w")  # the GPU's, in W
