@@ -67,6 +67,41 @@ __device__ inline void ldmatrix_a(uint32_t (&a)[4], uint32_t base, int kk) {
                  : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                  : "r"(addr));
 }
+
+namespace ptx = codagpt::coda::sm90::ptx;
+
+// The block's operands: `bytes` of shared memory from a 1024-byte boundary (the swizzle's), filled
+// with bits that are not zero (the tensor cores' power depends on them): bf16 in [2^-7, 2^-6).
+__device__ inline unsigned char* fill_operands(unsigned char* raw, int bytes) {
+    unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    for (int i = threadIdx.x; i < bytes / 2; i += blockDim.x) {
+        const unsigned h = (unsigned)i * 2654435761u;
+        reinterpret_cast<unsigned short*>(smem)[i] = (unsigned short)(0x3C00 | (h >> 25));
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    return smem;
+}
+
+// Ends the timed loop begun at clock t0: the last wgmmas retired, the block's cycles to cycles[],
+// the accumulators' sum to out[] (so that no wgmma is dead code).
+template <int FM, int NH>
+__device__ inline void finish(float (&acc)[FM][NH], long long t0, float* out, long long* cycles) {
+    ptx::wgmma_wait<0>();
+#pragma unroll
+    for (int fm = 0; fm < FM; fm++)
+#pragma unroll
+        for (int j = 0; j < NH; j++) ptx::fence_operand(acc[fm][j]);
+    __syncthreads();
+    const long long t1 = clock64();
+    float sum = 0.f;
+#pragma unroll
+    for (int fm = 0; fm < FM; fm++)
+#pragma unroll
+        for (int j = 0; j < NH; j++) sum += acc[fm][j];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+}
 #endif
 
 // N: the wgmma's n; FM: m64 blocks a warpgroup (wgmmas a k16 step sharing B); WGS: warpgroups a
@@ -74,18 +109,9 @@ __device__ inline void ldmatrix_a(uint32_t (&a)[4], uint32_t base, int kk) {
 template <int N, int FM, int WGS>
 __global__ void __launch_bounds__(128 * WGS) wgmma_loop(float* out, long long* cycles, int iters) {
 #ifdef CODA_SM90_DEVICE
-    namespace ptx = codagpt::coda::sm90::ptx;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    extern __shared__ unsigned char smem_raw[];
     constexpr int kABytes = FM * 64 * 128, kBBytes = N * 128;
-    // Operand bits that are not zero (the tensor cores' power depends on them): bf16 in [2^-7, 2^-6).
-    for (int i = threadIdx.x; i < (WGS * kABytes + kBBytes) / 2; i += blockDim.x) {
-        const unsigned h = (unsigned)i * 2654435761u;
-        reinterpret_cast<unsigned short*>(smem)[i] = (unsigned short)(0x3C00 | (h >> 25));
-    }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();
-
+    unsigned char* smem = fill_operands(smem_raw, WGS * kABytes + kBBytes);
     const int wg = threadIdx.x / 128;
     const uint32_t a_lo = ptx::desc_lo(ptx::smem_addr(smem + wg * kABytes));
     const uint32_t b_lo = ptx::desc_lo(ptx::smem_addr(smem + WGS * kABytes));
@@ -110,20 +136,7 @@ __global__ void __launch_bounds__(128 * WGS) wgmma_loop(float* out, long long* c
         ptx::wgmma_commit();
         ptx::wgmma_wait<1>();
     }
-    ptx::wgmma_wait<0>();
-#pragma unroll
-    for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-        for (int j = 0; j < N / 2; j++) ptx::fence_operand(acc[fm][j]);
-    __syncthreads();
-    const long long t1 = clock64();
-    float s = 0.f;
-#pragma unroll
-    for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-        for (int j = 0; j < N / 2; j++) s += acc[fm][j];
-    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
-    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+    finish(acc, t0, out, cycles);
 #endif
 }
 
@@ -134,16 +147,9 @@ __global__ void __launch_bounds__(128 * WGS) wgmma_loop(float* out, long long* c
 template <int FM, bool RELOAD>
 __global__ void __launch_bounds__(128) wgmma_rs_loop(float* out, long long* cycles, int iters) {
 #ifdef CODA_SM90_DEVICE
-    namespace ptx = codagpt::coda::sm90::ptx;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    extern __shared__ unsigned char smem_raw[];
     constexpr int kABytes = FM * 64 * 128, kBBytes = 128 * 128;
-    for (int i = threadIdx.x; i < (kABytes + kBBytes) / 2; i += blockDim.x) {
-        const unsigned h = (unsigned)i * 2654435761u;
-        reinterpret_cast<unsigned short*>(smem)[i] = (unsigned short)(0x3C00 | (h >> 25));
-    }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();
+    unsigned char* smem = fill_operands(smem_raw, kABytes + kBBytes);
     const uint32_t a_base = ptx::smem_addr(smem), b_lo = ptx::desc_lo(ptx::smem_addr(smem + kABytes));
     float acc[FM][64];
 #pragma unroll
@@ -176,20 +182,7 @@ __global__ void __launch_bounds__(128) wgmma_rs_loop(float* out, long long* cycl
         kblock(1);  // and this one's, the k-block on set 0
         if (RELOAD) load(0);
     }
-    ptx::wgmma_wait<0>();
-#pragma unroll
-    for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-        for (int j = 0; j < 64; j++) ptx::fence_operand(acc[fm][j]);
-    __syncthreads();
-    const long long t1 = clock64();
-    float sum = 0.f;
-#pragma unroll
-    for (int fm = 0; fm < FM; fm++)
-#pragma unroll
-        for (int j = 0; j < 64; j++) sum += acc[fm][j];
-    out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
-    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+    finish(acc, t0, out, cycles);
 #endif
 }
 
