@@ -101,7 +101,7 @@ struct GPT2CodaGPU::Impl {
           B(B_),
           T(T_),
           M(B_ * T_),
-          f_slots{opt.recompute == Recompute::mlp ? recomputed_layers(opt.recompute, opt.recompute_layers, c.n_layer) : 0},
+          f_slots(opt.fc_slots(c.n_layer)),
           attention(opt.prefer_cudnn) {
         if (B < 1 || T < 1 || T > c.max_seq_len || M % 8 != 0)
             throw Error("fused GPU model: needs 1 <= seq_len <= max_seq_len and batch_size * seq_len a multiple of 8, got " +

@@ -149,13 +149,9 @@ struct GPT2GPU::Impl {
 
     // Residual stream entering layer l.
     bf16* residual_in(size_t l) const { return l == 0 ? encoded : residual3 + (l - 1) * (size_t)B * T * cfg.n_embd; }
-    // The fc output and the GELU output are kept for every layer but those backward recomputes
-    // them for (--recompute mlp: both, gelu: the GELU output; --recompute-layers: the first n
-    // layers, else all), which share one buffer.
-    LayerSlots fch_slots() const {
-        return {opt.recompute == Recompute::mlp ? recomputed_layers(opt.recompute, opt.recompute_layers, cfg.n_layer) : 0};
-    }
-    LayerSlots gelu_slots() const { return {recomputed_layers(opt.recompute, opt.recompute_layers, cfg.n_layer)}; }
+    // The fc output and the GELU output of each layer but those backward recomputes them for.
+    LayerSlots fch_slots() const { return opt.fc_slots(cfg.n_layer); }
+    LayerSlots gelu_slots() const { return opt.gelu_slots(cfg.n_layer); }
     bf16* fch_out(int l) const { return fch + fch_slots().of(l) * 4 * (size_t)B * T * cfg.n_embd; }
     bf16* gelu_out(int l) const { return fch_gelu + gelu_slots().of(l) * 4 * (size_t)B * T * cfg.n_embd; }
 

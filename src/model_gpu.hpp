@@ -28,6 +28,11 @@ struct GPUModelOptions {
     // across ranks, weights all-gathered after each step); null for a single process.
     std::shared_ptr<DataParallel> data_parallel;
     int recompute_layers = 0;  // recompute in layers [0, n) only; 0: every layer (GPUBackendOptions)
+
+    // The layers that keep no GELU output (--recompute gelu or mlp) and those that keep no fc output
+    // either (mlp): backward recomputes them; their buffers are one shared slot (backend.hpp).
+    LayerSlots gelu_slots(int n_layer) const { return {recomputed_layers(recompute, recompute_layers, n_layer)}; }
+    LayerSlots fc_slots(int n_layer) const { return {recompute == Recompute::mlp ? gelu_slots(n_layer).r : 0}; }
 };
 
 class GPT2GPU {
