@@ -76,10 +76,11 @@ private:
 };
 
 #ifdef CODAGPT_HAVE_CUDA
-// What describe() adds for a --recompute mode in `layers` of the model's n_layer.
-std::string recompute_note(Recompute r, int layers, int n_layer) {
+// What describe() adds for a GPU model's --recompute mode and the layers it recomputes in.
+std::string recompute_note(const GPUModelOptions& o, int n_layer) {
+    const int layers = o.gelu_slots(n_layer).r;
     const std::string where = layers < n_layer ? " in layers 0-" + std::to_string(layers - 1) : "";
-    switch (r) {
+    switch (o.recompute) {
         case Recompute::gelu: return ", GELU recomputed" + where;
         case Recompute::mlp: return ", MLP recomputed" + where;
         default: return "";
@@ -163,10 +164,9 @@ std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBa
                                                std::shared_ptr<DataParallel> data_parallel) {
 #ifdef CODAGPT_HAVE_CUDA
     if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
-    const int layers = recomputed_layers(opt.recompute, opt.recompute_layers, c.model.n_layer);
-    return std::make_unique<GPUBackend<GPT2GPU>>(c, data_parallel, "unfused",
-                                                 recompute_note(opt.recompute, layers, c.model.n_layer),
-                                                 GPUModelOptions{opt.recompute, true, data_parallel, layers});
+    const GPUModelOptions model{opt.recompute, true, data_parallel, opt.recompute_layers};
+    return std::make_unique<GPUBackend<GPT2GPU>>(c, data_parallel, "unfused", recompute_note(model, c.model.n_layer),
+                                                 model);
 #else
     (void)c;
     (void)opt;
@@ -181,10 +181,9 @@ std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c, const 
     if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
     // GELU outputs are never kept on this path: --recompute gelu is none here.
     const Recompute r = opt.recompute == Recompute::mlp ? Recompute::mlp : Recompute::none;
-    const int layers = recomputed_layers(r, opt.recompute_layers, c.model.n_layer);
+    const GPUModelOptions model{r, true, data_parallel, opt.recompute_layers};
     return std::make_unique<GPUBackend<GPT2CodaGPU>>(c, data_parallel, "CODA fused",
-                                                     recompute_note(r, layers, c.model.n_layer),
-                                                     GPUModelOptions{r, true, data_parallel, layers});
+                                                     recompute_note(model, c.model.n_layer), model);
 #else
     (void)c;
     (void)opt;
