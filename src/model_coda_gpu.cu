@@ -266,7 +266,6 @@ struct GPT2CodaGPU::Impl {
         const size_t MC = (size_t)M * C;
         CUDA_CHECK(cudaMemcpyAsync(inputs, in_host, M * sizeof(int), cudaMemcpyHostToDevice, stream));
         CUDA_CHECK(cudaMemcpyAsync(targets, tgt_host, M * sizeof(int), cudaMemcpyHostToDevice, stream));
-        if (backward_next) encoder_buckets_build(buckets, in_host, B, T, stream);
 
         // Embedding, and the row statistics of its output for layer 0's LN1: no GEMM produced it,
         // so a pass over the stored x writes the Welford partials (as GPT2CodaCPU).
@@ -330,6 +329,9 @@ struct GPT2CodaGPU::Impl {
         backward_ready = backward_next;
         grad_scale = scale;
 
+        // The embedding backward's token buckets are sorted on the host while the GPU runs the
+        // forward queued above, instead of idling it at the start of the step (~1.3 ms on 16K tokens).
+        if (backward_next) encoder_buckets_build(buckets, in_host, B, T, stream);
         return mean_device_loss(losses, M, stream);
     }
 

@@ -161,7 +161,6 @@ struct GPT2GPU::Impl {
         const size_t BTC = (size_t)BT * C;
         CUDA_CHECK(cudaMemcpyAsync(inputs, in_host, BT * sizeof(int), cudaMemcpyHostToDevice, stream));
         CUDA_CHECK(cudaMemcpyAsync(targets, tgt_host, BT * sizeof(int), cudaMemcpyHostToDevice, stream));
-        if (backward_next) encoder_buckets_build(buckets, in_host, B, T, stream);
 
         encoder_forward(encoded, inputs, p.wte, p.wpe, B, T, C, stream);
         for (int l = 0; l < L; l++) {
@@ -187,6 +186,9 @@ struct GPT2GPU::Impl {
         matmul.forward_nt(logits, lnf, p.wte, BT, C, Vp, stream);
         fused_classifier(logits, losses, targets, BT, V, Vp, grad_scale / BT, backward_next, stream);
 
+        // The embedding backward's token buckets are sorted on the host while the GPU runs the
+        // forward queued above, instead of idling it at the start of the step (~1.3 ms on 16K tokens).
+        if (backward_next) encoder_buckets_build(buckets, in_host, B, T, stream);
         return mean_device_loss(losses, BT, stream);
     }
 

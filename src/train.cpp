@@ -372,8 +372,10 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             if (!trace) return f();
             for (TracedKernel& k : trace_kernels(f)) traced.push_back(std::move(k));
         };
+        // The energy counter is read while the GPU is idle (the last step synchronized), before the
+        // step's clock starts: an NVML call can take milliseconds, which are not the step's.
+        const double joules0 = energy ? energy->joules() : -1;
         const auto t0 = clock::now();
-        const double joules0 = energy ? energy->joules() : -1;  // the GPU is idle: the last step synchronized
         double loss = 0;
         traced_run([&] {
             model->zero_grad();
