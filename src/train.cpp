@@ -354,9 +354,20 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // ---- the step loop
     StopSignals signals;
     double train_seconds = 0, last_loss = 0, memory_mib = -1;
-    // Beside step_ms where `energy` reads: the GPU's joules over each step (NaN: a failed read) and
-    // the seconds between the two readings, the time base of the mean power.
+    // Beside step_ms where `energy` reads: the GPU's joules from the reading before each step to the
+    // one after it (NaN: a failed read) and the seconds between the two readings' calls.
     std::vector<double> step_ms, step_joules, step_energy_seconds;
+    // The energy counter is read at step boundaries, outside the step clock: a reading takes ~3 ms
+    // on the H200 (NVML), the GPU idle. Back-to-back steps share the reading between them (the
+    // call's lag cancels in the differences); an evaluation, a sample, a checkpoint or a skipped
+    // step in between takes a fresh one.
+    struct EnergyReading {
+        bool taken = false;    // none yet, or a break since
+        clock::time_point at;  // the call's start
+        double joules = -1;    // -1: the read failed
+    };
+    EnergyReading last_reading;
+    const auto read_energy = [&] { return EnergyReading{true, clock::now(), energy->joules()}; };
     std::vector<StepPhases> phases;  // --phase-times: each updated step's
     int bad_in_a_row = 0;
     double avg_seconds = 0;  // for the live line
@@ -365,8 +376,14 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     const bool stops_early = opt.stop_after > first_step && opt.stop_after < cfg.steps;
     const int traced_step = (stops_early ? opt.stop_after : cfg.steps) - 1;
     for (int step = first_step; step < cfg.steps; step++) {
-        if (cfg.eval_every > 0 && step % cfg.eval_every == 0) eval_and_log(step);
-        if (cfg.sample_every > 0 && step % cfg.sample_every == 0) sample_and_log(step);
+        if (cfg.eval_every > 0 && step % cfg.eval_every == 0) {
+            eval_and_log(step);
+            last_reading.taken = false;
+        }
+        if (cfg.sample_every > 0 && step % cfg.sample_every == 0) {
+            sample_and_log(step);
+            last_reading.taken = false;
+        }
 
         const bool trace = !opt.trace_kernels.empty() && step == traced_step;
         std::vector<TracedKernel> traced;
@@ -374,10 +391,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             if (!trace) return f();
             for (TracedKernel& k : trace_kernels(f)) traced.push_back(std::move(k));
         };
-        // The energy counter is read while the GPU is idle (the last step synchronized), before the
-        // step's clock starts: a reading takes ~3 ms on the H200 (NVML), which are not the step's.
-        const auto e0 = clock::now();
-        const double joules0 = energy ? energy->joules() : -1;
+        if (energy && !last_reading.taken) last_reading = read_energy();  // the GPU is idle: the last step synchronized
         const auto t0 = clock::now();
         double loss = 0;
         traced_run([&] {
@@ -397,6 +411,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         const char* bad = !std::isfinite(loss) ? "non-finite loss" : !std::isfinite(norm) ? "non-finite grad norm" : nullptr;
         if (bad) {
             model->zero_grad();
+            last_reading.taken = false;
             bad_in_a_row++;
             record({{"step", step + 1}, {"skipped", bad}});
             clear_live();
@@ -416,12 +431,10 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             train_seconds += seconds;
             step_ms.push_back(seconds * 1e3);
             if (energy) {
-                const auto t1 = clock::now();
-                const double joules1 = energy->joules();
-                // Each reading's moment is taken as the middle of its call.
-                const auto mid = [](clock::time_point a, clock::time_point b) { return a + (b - a) / 2; };
-                step_joules.push_back(joules0 >= 0 && joules1 >= 0 ? joules1 - joules0 : NAN);
-                step_energy_seconds.push_back(std::chrono::duration<double>(mid(t1, clock::now()) - mid(e0, t0)).count());
+                const EnergyReading r = read_energy();
+                step_joules.push_back(last_reading.joules >= 0 && r.joules >= 0 ? r.joules - last_reading.joules : NAN);
+                step_energy_seconds.push_back(std::chrono::duration<double>(r.at - last_reading.at).count());
+                last_reading = r;
             }
             last_loss = loss;
             if (step == std::min(cfg.steps - 1, first_step + 2)) memory_mib = model->device_memory_mib();
@@ -478,7 +491,10 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
                     break;
                 }
         const bool stop = stop_signal != 0 || (done == opt.stop_after && done < cfg.steps);
-        if (stop || (cfg.ckpt_every > 0 && (done % cfg.ckpt_every == 0 || done == cfg.steps))) save_checkpoint_at(done);
+        if (stop || (cfg.ckpt_every > 0 && (done % cfg.ckpt_every == 0 || done == cfg.steps))) {
+            save_checkpoint_at(done);
+            last_reading.taken = false;
+        }
         if (stop) {
             clear_live();
             if (lead)
