@@ -102,4 +102,36 @@ double GpuEnergy::power_limit_w() const {
     return nvml_->power_limit(nvml_->device, &mw) == 0 ? mw * 1e-3 : -1;
 }
 
+// ---------------------------------------------------------------- StepEnergy
+StepEnergy::StepEnergy(std::function<double()> joules, std::function<Clock::time_point()> now)
+    : counter_(std::move(joules)), now_(std::move(now)) {}
+
+StepEnergy::Reading StepEnergy::read() const {
+    const Clock::time_point at = now_();
+    return {at, counter_()};
+}
+
+void StepEnergy::before_step() {
+    if (have_reading_) return;
+    last_ = read();
+    have_reading_ = true;
+}
+
+void StepEnergy::after_step() {
+    const Reading r = read();
+    joules_.push_back(have_reading_ && last_.joules >= 0 && r.joules >= 0 ? r.joules - last_.joules : NAN);
+    seconds_.push_back(have_reading_ ? std::chrono::duration<double>(r.at - last_.at).count() : NAN);
+    last_ = r;
+    have_reading_ = true;
+}
+
+void StepEnergy::interrupt() { have_reading_ = false; }
+
+StepEnergy::Summary StepEnergy::summary(size_t first) const {
+    if (first >= joules_.size()) return {};
+    double joules = 0, seconds = 0;
+    for (size_t i = first; i < joules_.size(); i++) joules += joules_[i], seconds += seconds_[i];
+    return {joules / (double)(joules_.size() - first), joules / seconds};
+}
+
 }  // namespace codagpt

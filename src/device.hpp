@@ -1,7 +1,11 @@
 // Which backend `codagpt train` runs on.
 #pragma once
+#include <chrono>
+#include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace codagpt {
 
@@ -32,6 +36,41 @@ private:
     struct Nvml;
     explicit GpuEnergy(std::unique_ptr<Nvml> nvml);
     std::unique_ptr<Nvml> nvml_;
+};
+
+// The energy of training steps from a cumulative counter (GpuEnergy::joules), read between steps,
+// outside the step clock: one NVML reading takes ~3 ms on the H200, the GPU idle. Back-to-back
+// steps share the reading between them (the call's lag cancels in the differences); other work
+// since the last reading (an evaluation, a sample, a checkpoint, a skipped step) is left out by
+// interrupt(): the next step reads afresh. A step's energy runs from the reading before it to the
+// one after it, so it includes one reading's idle time.
+class StepEnergy {
+public:
+    using Clock = std::chrono::steady_clock;
+    // joules: the counter (< 0 when a read fails); now: the clock (replaceable for tests).
+    explicit StepEnergy(std::function<double()> joules, std::function<Clock::time_point()> now = Clock::now);
+    void before_step();  // a reading, unless the one after the previous step still stands
+    void after_step();   // a reading: the step's joules, and the seconds since the reading before it
+    void interrupt();    // work other than steps since the last reading
+    size_t steps() const { return joules_.size(); }
+    // Over the steps from `first` on: joules a step, and the mean power (their joules over the time
+    // between their readings); NaN where a read failed or no step is left.
+    struct Summary {
+        double joules_per_step = NAN, watts = NAN;
+    };
+    Summary summary(size_t first) const;
+
+private:
+    struct Reading {
+        Clock::time_point at;  // the call's start
+        double joules;
+    };
+    Reading read() const;
+    std::function<double()> counter_;
+    std::function<Clock::time_point()> now_;
+    bool have_reading_ = false;  // the reading after the last step, still standing
+    Reading last_{};
+    std::vector<double> joules_, seconds_;  // a step each
 };
 
 }  // namespace codagpt

@@ -279,6 +279,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     const std::string gpu = model->device_memory_mib() >= 0 ? cuda_device_name() : "";
     // The lead rank's GPU energy a step (null where NVML or its counter is missing).
     const std::unique_ptr<GpuEnergy> energy = lead && !gpu.empty() ? GpuEnergy::open() : nullptr;
+    std::optional<StepEnergy> step_energy;
+    if (energy) step_energy.emplace([&] { return energy->joules(); });
     // FLOPs per token of forward + backward: 6N for the weights, 6LCT for causal attention scores.
     const double flops_per_token = 6.0 * model->num_params() + 6.0 * mc.n_layer * mc.n_embd * T;
     const double peak = peak_bf16_flops(gpu) * ranks;  // MFU of the job: one GPU per rank
@@ -354,20 +356,11 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // ---- the step loop
     StopSignals signals;
     double train_seconds = 0, last_loss = 0, memory_mib = -1;
-    // Beside step_ms where `energy` reads: the GPU's joules from the reading before each step to the
-    // one after it (NaN: a failed read) and the seconds between the two readings' calls.
-    std::vector<double> step_ms, step_joules, step_energy_seconds;
-    // The energy counter is read at step boundaries, outside the step clock: a reading takes ~3 ms
-    // on the H200 (NVML), the GPU idle. Back-to-back steps share the reading between them (the
-    // call's lag cancels in the differences); an evaluation, a sample, a checkpoint or a skipped
-    // step in between takes a fresh one.
-    struct EnergyReading {
-        bool taken = false;    // none yet, or a break since
-        clock::time_point at;  // the call's start
-        double joules = -1;    // -1: the read failed
+    std::vector<double> step_ms;
+    // Work other than training steps: step_energy reads afresh before the next step.
+    const auto not_a_step = [&] {
+        if (step_energy) step_energy->interrupt();
     };
-    EnergyReading last_reading;
-    const auto read_energy = [&] { return EnergyReading{true, clock::now(), energy->joules()}; };
     std::vector<StepPhases> phases;  // --phase-times: each updated step's
     int bad_in_a_row = 0;
     double avg_seconds = 0;  // for the live line
@@ -378,11 +371,11 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     for (int step = first_step; step < cfg.steps; step++) {
         if (cfg.eval_every > 0 && step % cfg.eval_every == 0) {
             eval_and_log(step);
-            last_reading.taken = false;
+            not_a_step();
         }
         if (cfg.sample_every > 0 && step % cfg.sample_every == 0) {
             sample_and_log(step);
-            last_reading.taken = false;
+            not_a_step();
         }
 
         const bool trace = !opt.trace_kernels.empty() && step == traced_step;
@@ -391,7 +384,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             if (!trace) return f();
             for (TracedKernel& k : trace_kernels(f)) traced.push_back(std::move(k));
         };
-        if (energy && !last_reading.taken) last_reading = read_energy();  // the GPU is idle: the last step synchronized
+        if (step_energy) step_energy->before_step();  // outside the clock; the GPU is idle: the last step synchronized
         const auto t0 = clock::now();
         double loss = 0;
         traced_run([&] {
@@ -411,7 +404,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         const char* bad = !std::isfinite(loss) ? "non-finite loss" : !std::isfinite(norm) ? "non-finite grad norm" : nullptr;
         if (bad) {
             model->zero_grad();
-            last_reading.taken = false;
+            not_a_step();
             bad_in_a_row++;
             record({{"step", step + 1}, {"skipped", bad}});
             clear_live();
@@ -430,12 +423,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
             train_seconds += seconds;
             step_ms.push_back(seconds * 1e3);
-            if (energy) {
-                const EnergyReading r = read_energy();
-                step_joules.push_back(last_reading.joules >= 0 && r.joules >= 0 ? r.joules - last_reading.joules : NAN);
-                step_energy_seconds.push_back(std::chrono::duration<double>(r.at - last_reading.at).count());
-                last_reading = r;
-            }
+            if (step_energy) step_energy->after_step();
             last_loss = loss;
             if (step == std::min(cfg.steps - 1, first_step + 2)) memory_mib = model->device_memory_mib();
             const double tok_s = tokens_per_step / seconds;
@@ -493,7 +481,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         const bool stop = stop_signal != 0 || (done == opt.stop_after && done < cfg.steps);
         if (stop || (cfg.ckpt_every > 0 && (done % cfg.ckpt_every == 0 || done == cfg.steps))) {
             save_checkpoint_at(done);
-            last_reading.taken = false;
+            not_a_step();
         }
         if (stop) {
             clear_live();
@@ -510,13 +498,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // Steady state: the steps after the first few (allocation, caches, autotuning).
     const size_t skip = std::min<size_t>(3, step_ms.size() / 2);
     // The GPU's energy a steady step and its mean power over those steps (NaN where unmeasured).
-    double energy_j_step = NAN, power_w = NAN;
-    if (step_joules.size() == step_ms.size() && step_ms.size() > skip) {
-        double joules = 0, seconds = 0;
-        for (size_t i = skip; i < step_ms.size(); i++) joules += step_joules[i], seconds += step_energy_seconds[i];
-        energy_j_step = joules / (double)(step_ms.size() - skip);
-        power_w = joules / seconds;
-    }
+    const StepEnergy::Summary steady_energy = step_energy ? step_energy->summary(skip) : StepEnergy::Summary{};
+    const double energy_j_step = steady_energy.joules_per_step, power_w = steady_energy.watts;
     const double power_limit_w = energy ? energy->power_limit_w() : -1;
     std::printf("done: %d steps in %.1f s | final train loss %.4f | val loss %.4f | %.0f tok/s", steps_run,
                 train_seconds, last_loss, val_loss, steps_run > 0 ? tokens_per_step * steps_run / train_seconds : 0.0);

@@ -9,6 +9,7 @@
 #include "checkpoint.hpp"
 #include "config.hpp"
 #include "data.hpp"
+#include "device.hpp"
 #include "gpt2_params.hpp"
 #include "interchange.hpp"
 #include "rng.hpp"
@@ -314,6 +315,70 @@ TEST(StepPhases, MediansSkipTheFirstStepsAndReportJsonAndText) {
     EXPECT_EQ(phases_text(med, true),
               "fwd_bwd 3.00 | reduce 1.50 | reduce_busy 0.75 | exposed_reduce 0.30 | optimizer 4.00");
     EXPECT_EQ(phases_text(med, false), "fwd_bwd 3.00 | optimizer 4.00");
+}
+
+// StepEnergy against a fake counter and clock: each reading takes 3 s of the fake clock at 100 W
+// and returns the counter as it was at the call's start.
+namespace {
+struct FakeMeter {
+    double joules = 0, seconds = 0;
+    int reads = 0;
+    int fail_read = -1;  // which reading (0-based) fails
+    StepEnergy::Clock::time_point now() const {
+        return StepEnergy::Clock::time_point(std::chrono::duration_cast<StepEnergy::Clock::duration>(
+                std::chrono::duration<double>(seconds)));
+    }
+    double read() {
+        const double j = reads == fail_read ? -1 : joules;
+        reads++;
+        run(3, 100);
+        return j;
+    }
+    void run(double s, double watts) { seconds += s, joules += s * watts; }
+};
+}  // namespace
+
+TEST(StepEnergy, BackToBackStepsShareReadingsAndBreaksAreLeftOut) {
+    FakeMeter m;
+    StepEnergy e([&] { return m.read(); }, [&] { return m.now(); });
+    auto step = [&](double seconds, double watts) {
+        e.before_step();
+        m.run(seconds, watts);
+        e.after_step();
+    };
+    step(10, 700);  // reads before and after
+    step(10, 700);  // shares the reading after the first step
+    EXPECT_EQ(m.reads, 3);
+    m.run(100, 300);  // an evaluation, say: not a step's
+    e.interrupt();
+    step(20, 500);
+    EXPECT_EQ(m.reads, 5);
+    ASSERT_EQ(e.steps(), 3u);
+    // A step's interval runs from the start of the reading before it to the start of the one
+    // after: the step and one reading (3 s at 100 W); the evaluation is in none.
+    const StepEnergy::Summary all = e.summary(0);
+    EXPECT_DOUBLE_EQ(all.joules_per_step, (7300.0 + 7300.0 + 10300.0) / 3);
+    EXPECT_DOUBLE_EQ(all.watts, (7300.0 + 7300.0 + 10300.0) / (13 + 13 + 23));
+    const StepEnergy::Summary last = e.summary(2);
+    EXPECT_DOUBLE_EQ(last.joules_per_step, 10300.0);
+    EXPECT_DOUBLE_EQ(last.watts, 10300.0 / 23);
+    EXPECT_TRUE(std::isnan(e.summary(3).joules_per_step));  // no step left
+    EXPECT_TRUE(std::isnan(e.summary(3).watts));
+}
+
+TEST(StepEnergy, AFailedReadingLeavesItsStepsUnknown) {
+    FakeMeter m;
+    m.fail_read = 1;  // the reading after the first step, which the second step shares
+    StepEnergy e([&] { return m.read(); }, [&] { return m.now(); });
+    for (int i = 0; i < 3; i++) {
+        e.before_step();
+        m.run(10, 700);
+        e.after_step();
+    }
+    EXPECT_TRUE(std::isnan(e.summary(0).joules_per_step));
+    EXPECT_TRUE(std::isnan(e.summary(1).watts));
+    EXPECT_DOUBLE_EQ(e.summary(2).joules_per_step, 7300.0);
+    EXPECT_DOUBLE_EQ(e.summary(2).watts, 7300.0 / 13);
 }
 
 TEST_F(TrainRun, PhaseTimesNeedAGpu) {
