@@ -51,11 +51,12 @@ done
 
 # The table: one row per model and --recompute mode, from this run's records only.
 python3 - "$json" "$md" "$configs" <<'EOF'
-import json, os, sys
+import functools, json, os, sys
 records = json.load(open(sys.argv[1]))
+@functools.lru_cache(maxsize=None)  # a config file read once a model, not once a record and row
 def n_layer(model):
     try: return json.load(open(os.path.join(sys.argv[3], model + ".json")))["n_layer"]
-    except (OSError, KeyError, ValueError): return None
+    except (OSError, KeyError, ValueError, TypeError): return None
 def recompute_of(r):  # the row's label: the mode, with ":N" where it ran in the first N layers only
     n = r.get("recompute_layers")
     return r.get("recompute") if n in (None, 0, n_layer(r.get("model"))) else "{}:{}".format(r.get("recompute"), n)
