@@ -11,9 +11,14 @@
 #   bash scripts/gpu_check.sh DIR parity     350M on TinyShakespeare, PARITY_STEPS (default 300) steps,
 #                                            same seed and data, both paths, each also with 16
 #                                            sequences a step as 2 x 8 accumulated micro-batches (a
-#                                            control: other sampling and summation order):
-#                                            parity_{coda,unfused}_{b16,accum2}.jsonl
-#                                            (the runs' metrics) and parity.json (a parity record)
+#                                            control: other sampling and summation order), the
+#                                            fused path again with every GEMM on the 128 x 256 tile
+#                                            (a control that changes rounding alone: same data,
+#                                            same schedule), and both paths with each seed of
+#                                            PARITY_SEEDS (default none) at B = 16:
+#                                            parity_{coda,unfused}_{b16,accum2,seedS}.jsonl,
+#                                            parity_coda_tile.jsonl (the runs' metrics) and
+#                                            parity.json (a parity record)
 #   bash scripts/gpu_check.sh DIR all        tests and bench
 # STEPS (default 30) sets the benchmark's steps; PEER_COMPILE="0 1" (default) which peer modes run.
 set -uo pipefail
@@ -80,15 +85,23 @@ if [[ $what == parity ]]; then
   # Each path twice: B = 16, and 16 sequences a step as 2 accumulated micro-batches of 8 (a
   # control: the loader then draws other sequences, and the gradient sums in another order, so
   # it shows how far one path's losses move under an equally valid change of the run).
+  # A third, for the fused path only: every GEMM on another tile configuration (CODAGPT_GEMM_TILE),
+  # which changes how its sums round and nothing else.
+  parity_run() {  # fusion, run name, extra train options...
+    local fusion=$1 run=$2; shift 2
+    "$dir/codagpt" train --config "$dir/configs/gpt2-350m.json" --device cuda --fusion $fusion "$@" \
+      --steps "${PARITY_STEPS:-300}" --train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" \
+      --eval_every 50 --eval_batches 8 --log_every 50 --quiet --out_dir "$runs/parity-$fusion-$run" > "$runs/parity-$fusion-$run.log" 2>&1
+    cp "$runs/parity-$fusion-$run/metrics.jsonl" "$out/parity_${fusion}_$run.jsonl" 2>/dev/null
+    summary+=("parity $fusion $run: $(grep -E '^done|error' "$runs/parity-$fusion-$run.log")")
+  }
   for fusion in unfused coda; do
-    for run in b16 accum2; do
-      extra=(); [[ $run == accum2 ]] && extra=(--batch_size 8 --grad_accum 2)
-      "$dir/codagpt" train --config "$dir/configs/gpt2-350m.json" --device cuda --fusion $fusion "${extra[@]}" \
-        --steps "${PARITY_STEPS:-300}" --train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" \
-        --eval_every 50 --eval_batches 8 --log_every 50 --quiet --out_dir "$runs/parity-$fusion-$run" > "$runs/parity-$fusion-$run.log" 2>&1
-      cp "$runs/parity-$fusion-$run/metrics.jsonl" "$out/parity_${fusion}_$run.jsonl" 2>/dev/null
-      summary+=("parity $fusion $run: $(grep -E '^done|error' "$runs/parity-$fusion-$run.log")")
-    done
+    parity_run $fusion b16
+    parity_run $fusion accum2 --batch_size 8 --grad_accum 2
+  done
+  CODAGPT_GEMM_TILE=128x256 parity_run coda tile
+  for seed in ${PARITY_SEEDS:-}; do
+    for fusion in unfused coda; do parity_run $fusion seed$seed --seed $seed; done
   done
   python3 - "$out" <<'PY' && summary+=("$(cat "$out/parity.line")")
 import json, os, subprocess, sys, datetime
@@ -98,6 +111,11 @@ def val(name):
     return vals[-1]["val_loss"], vals[-1]["step"]
 (u, steps), (c, _) = val("unfused_b16"), val("coda_b16")
 u2, c2 = val("unfused_accum2")[0], val("coda_accum2")[0]
+ct = val("coda_tile")[0]
+seeds = []
+for seed in os.environ.get("PARITY_SEEDS", "").split():
+    us, cs = val(f"unfused_seed{seed}")[0], val(f"coda_seed{seed}")[0]
+    seeds.append({"seed": int(seed), "val_loss_coda": cs, "val_loss_unfused": us, "rel_diff": abs(cs - us) / us})
 gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                      text=True).stdout.strip().splitlines()[0]
 rec = {"kind": "parity", "gpu": gpu, "commit": os.environ.get("CODAGPT_COMMIT", "unknown"),
@@ -106,11 +124,16 @@ rec = {"kind": "parity", "gpu": gpu, "commit": os.environ.get("CODAGPT_COMMIT", 
        "val_loss_coda": c, "val_loss_unfused": u, "rel_diff": abs(c - u) / u,
        "control": {"what": "16 sequences a step as 2 x 8 accumulated micro-batches (other sampling, other summation order)",
                    "val_loss_coda": c2, "val_loss_unfused": u2,
-                   "rel_diff_unfused": abs(u2 - u) / u, "rel_diff_coda": abs(c2 - c) / c}}
+                   "rel_diff_unfused": abs(u2 - u) / u, "rel_diff_coda": abs(c2 - c) / c},
+       "rounding_control": {"what": "the fused path with every GEMM on the 128 x 256 tile (CODAGPT_GEMM_TILE): same data and schedule, other rounding",
+                            "val_loss_coda": ct, "rel_diff_coda": abs(ct - c) / c},
+       "seeds": seeds}
 json.dump([rec], open(f"{out}/parity.json", "w"), indent=2)
 open(f"{out}/parity.line", "w").write(
     f"parity after {steps} steps: val loss coda {c:.5f}, unfused {u:.5f}, rel diff {abs(c-u)/u:.3%}; "
-    f"control (2 x 8 accumulated): unfused {u2:.5f} ({abs(u2-u)/u:.3%} from B=16), coda {c2:.5f} ({abs(c2-c)/c:.3%})")
+    f"control (2 x 8 accumulated): unfused {u2:.5f} ({abs(u2-u)/u:.3%} from B=16), coda {c2:.5f} ({abs(c2-c)/c:.3%}); "
+    f"coda on 128x256 tiles {ct:.5f} ({abs(ct-c)/c:.3%})"
+    + "".join(f"; seed {r['seed']}: coda {r['val_loss_coda']:.5f}, unfused {r['val_loss_unfused']:.5f} ({r['rel_diff']:.3%})" for r in seeds))
 PY
   rm -f "$out/parity.line"
 fi
