@@ -50,6 +50,7 @@ public:
     }
     double evaluate(const int* inputs, const int* targets) override { return model_.forward(inputs, targets, B_, T_); }
     double grad_norm() override { return global_grad_norm(model_.grads.data(), model_.grads.size()); }
+    std::vector<float> gradients() const override { return model_.grads; }
     void apply_update(double lr, double norm, const TrainConfig& c) override {
         optimizer_.step(model_.params.data(), model_.grads.data(), lr, norm, c);
     }
@@ -125,6 +126,7 @@ public:
     }
     double evaluate(const int* inputs, const int* targets) override { return model_.forward(inputs, targets, false); }
     double grad_norm() override { return model_.grad_norm(); }
+    std::vector<float> gradients() const override { return model_.grads(); }
     void apply_update(double lr, double, const TrainConfig& c) override { model_.apply_update(lr, c); }
     void time_phases() override { model_.time_phases(); }
     StepPhases phases() const override { return model_.phases(); }

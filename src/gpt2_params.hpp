@@ -37,6 +37,7 @@ struct ParamInfo {
     std::string name;
     size_t size;
     bool decay;
+    int layers = 1;  // n_layer for the layers' tensors (stacked [L, ...], LayerParams' fields), else 1
 };
 std::vector<ParamInfo> param_layout(const ModelConfig& m);
 

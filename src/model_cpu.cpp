@@ -113,8 +113,10 @@ LayerActs<F> layer_acts(const Acts<F>& a, const ModelConfig& m, size_t l, size_t
 std::vector<ParamInfo> param_layout(const ModelConfig& m) {
     std::vector<ParamInfo> layout;
     GPT2Params<float> unused{};
-    for_each_param(unused, m, [&](const char* name, float*&, size_t size, bool decay, Init) {
-        layout.push_back({name, size, decay});
+    for_each_param(unused, m, [&](const char* name, float*& field, size_t size, bool decay, Init) {
+        // The layers' tensors are the fields from ln1_w to fcproj_b (LayerParams'), declared in a row.
+        const bool stacked = &field >= &unused.ln1_w && &field <= &unused.fcproj_b;
+        layout.push_back({name, size, decay, stacked ? m.n_layer : 1});
     });
     return layout;
 }

@@ -23,6 +23,7 @@
 #include "device.hpp"
 #include "dist_env.hpp"
 #include "fileio.hpp"
+#include "gpt2_params.hpp"
 #include "interchange.hpp"
 #include "kernel_trace.hpp"
 #include "optim_cpu.hpp"
@@ -105,6 +106,26 @@ public:
 private:
     struct sigaction old_int_ {}, old_term_ {};
 };
+
+// --grad-norms: the L2 norm of each tensor's gradient (param_layout() order), a list over the
+// layers for the layers' tensors.
+nlohmann::json tensor_grad_norms(const std::vector<float>& grads, const std::vector<ParamInfo>& layout) {
+    nlohmann::json out = nlohmann::json::object();
+    size_t at = 0;
+    for (const ParamInfo& p : layout) {
+        const size_t per_layer = p.size / p.layers;
+        std::vector<double> norms;
+        for (int l = 0; l < p.layers; l++, at += per_layer) {
+            double sum = 0;
+            for (size_t i = at; i < at + per_layer; i++) sum += (double)grads[i] * grads[i];
+            norms.push_back(std::sqrt(sum));
+        }
+        out[p.name] = p.layers == 1 ? nlohmann::json(norms[0]) : nlohmann::json(norms);
+    }
+    if (at != grads.size())
+        throw Error("--grad-norms: " + std::to_string(grads.size()) + " gradients for a layout of " + std::to_string(at));
+    return out;
+}
 
 // dp: this process's rank of a data-parallel job (GPU only), or null.
 std::unique_ptr<TrainBackend> make_backend(const TrainConfig& cfg, const TrainOptions& opt,
@@ -210,6 +231,9 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         if (!use_gpu(opt.device))
             throw Error("rank " + std::to_string(dist.rank) + " of " + std::to_string(dist.world_size) +
                         ": data-parallel training runs on GPUs (NCCL); the CPU reference trains in one process");
+        if (opt.grad_norms)
+            throw Error("--grad-norms: one process only (a data-parallel rank holds the reduced gradients of its "
+                        "shard alone)");
         dp = make_data_parallel(dist, mc);
     }
     const int ranks = dist.world_size;
@@ -399,6 +423,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         const double lr = lr_at(cfg, step);
         double norm = 0;
         traced_run([&] { norm = model->grad_norm(); });  // synchronizes
+        const nlohmann::json tensor_norms =
+            opt.grad_norms ? tensor_grad_norms(model->gradients(), param_layout(cfg.model)) : nlohmann::json();
         // Guard: a non-finite loss or norm would poison the weights and AdamW moments for good, so
         // the step is skipped (data and schedule move on); a run that keeps producing them stops.
         const char* bad = !std::isfinite(loss) ? "non-finite loss" : !std::isfinite(norm) ? "non-finite grad norm" : nullptr;
@@ -406,7 +432,9 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             model->zero_grad();
             not_a_step();
             bad_in_a_row++;
-            record({{"step", step + 1}, {"skipped", bad}});
+            nlohmann::json line = {{"step", step + 1}, {"skipped", bad}};
+            if (opt.grad_norms) line["grad_norms"] = tensor_norms;
+            record(line);
             clear_live();
             if (lead)
                 std::printf("step %5d/%d | skipped: %s (loss %g, norm %g), no update | %d of max_bad_steps %d in a row\n",
@@ -430,6 +458,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             const double mfu = peak > 0 ? tok_s * flops_per_token / peak : 0;
             nlohmann::json line = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
                                    {"ms", seconds * 1e3}, {"tok_s", tok_s}};
+            if (opt.grad_norms) line["grad_norms"] = tensor_norms;
             if (opt.phase_times) {
                 phases.push_back(model->phases());  // its events are complete: apply_update synchronized
                 line["phase_ms"] = phases_json(phases.back(), dp != nullptr);

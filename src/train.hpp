@@ -25,6 +25,10 @@ struct TrainOptions {
     // Time each step's phases with CUDA events (step_phases.hpp; GPU): print their medians over the
     // steady steps at the end, add them to metrics.jsonl's step lines and to the bench_json record.
     bool phase_times = false;
+    // Add each parameter tensor's gradient norm (per layer for the layers' tensors) to every step
+    // line of metrics.jsonl ("grad_norms"): which tensor a gradient spike comes from. One process;
+    // copies the gradients to the host each step.
+    bool grad_norms = false;
     bool quiet = false;           // only the summary lines (metrics still go to the JSONL file)
     std::string bench_json;       // append a benchmark record (bench/results format) to this file
     std::string command;          // the command line, for that record

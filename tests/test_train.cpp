@@ -390,6 +390,36 @@ TEST_F(TrainRun, PhaseTimesNeedAGpu) {
     EXPECT_FALSE(fs::exists(cfg.out_dir));
 }
 
+// --grad-norms: every step line names every tensor, a list over the layers for the layers' ones,
+// and the parts add up (in squares) to the step's global gradient norm.
+TEST_F(TrainRun, GradNormsSplitTheGlobalNormByTensorAndLayer) {
+    cfg.model.n_layer = 2;
+    cfg.steps = 3;
+    TrainOptions opt;
+    opt.grad_norms = true;
+    int steps = 0;
+    for (const nlohmann::json& line : run("norms", opt)) {
+        if (!line.contains("loss")) continue;
+        ASSERT_TRUE(line.contains("grad_norms")) << line.dump();
+        const nlohmann::json& norms = line["grad_norms"];
+        double squares = 0;
+        for (const ParamInfo& p : param_layout(cfg.model)) {
+            ASSERT_TRUE(norms.contains(p.name)) << p.name;
+            const nlohmann::json& n = norms[p.name];
+            const bool per_layer = p.name != "wte" && p.name != "wpe" && p.name.rfind("lnf_", 0) != 0;
+            ASSERT_EQ(n.is_array(), per_layer) << p.name;
+            if (per_layer) ASSERT_EQ(n.size(), 2u) << p.name;
+            for (double v : per_layer ? n.get<std::vector<double>>() : std::vector<double>{n.get<double>()}) {
+                EXPECT_GE(v, 0.0);
+                squares += v * v;
+            }
+        }
+        EXPECT_NEAR(std::sqrt(squares), line["grad_norm"].get<double>(), 1e-5 * line["grad_norm"].get<double>());
+        steps++;
+    }
+    EXPECT_EQ(steps, 3);
+}
+
 // --recompute-layers: refused without a --recompute mode or outside [1, n_layer], before anything
 // runs; the layers it names share one activation buffer, the others keep one each.
 TEST_F(TrainRun, RecomputeLayersAreValidatedAndShareOneSlot) {
