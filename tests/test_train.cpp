@@ -408,7 +408,9 @@ TEST_F(TrainRun, GradNormsSplitTheGlobalNormByTensorAndLayer) {
             const nlohmann::json& n = norms[p.name];
             const bool per_layer = p.name != "wte" && p.name != "wpe" && p.name.rfind("lnf_", 0) != 0;
             ASSERT_EQ(n.is_array(), per_layer) << p.name;
-            if (per_layer) ASSERT_EQ(n.size(), 2u) << p.name;
+            if (per_layer) {
+                ASSERT_EQ(n.size(), 2u) << p.name;
+            }
             for (double v : per_layer ? n.get<std::vector<double>>() : std::vector<double>{n.get<double>()}) {
                 EXPECT_GE(v, 0.0);
                 squares += v * v;
