@@ -54,6 +54,7 @@ struct FaultyBackend final : TrainBackend {
         const double n = inner->grad_norm();
         return nan_norm.count(step) ? std::numeric_limits<double>::infinity() : n;
     }
+    std::vector<float> gradients() const override { return inner->gradients(); }
     void apply_update(double lr, double norm, const TrainConfig& c) override {
         EXPECT_TRUE(std::isfinite(norm)) << "update with a non-finite norm at step " << step;
         ++*updates;
