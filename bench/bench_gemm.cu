@@ -37,6 +37,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.cuh"
 #include "coda_programs.cuh"
 #include "common.cuh"
 #include "device.hpp"
@@ -47,6 +48,8 @@
 
 using namespace codagpt;
 using namespace codagpt::coda;
+using codagpt::bench::fill;
+using codagpt::bench::Sustained;
 
 namespace {
 
@@ -54,11 +57,6 @@ constexpr int kTokens = 16384;  // B*T = 16 * 1024
 constexpr int kVocabPadded = 50304, kVocab = 50257;
 
 // ---------------------------------------------------------------- device helpers
-template <class T>
-__global__ void fill_kernel(T* p, long n, unsigned seed, float scale, float offset) {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        p[i] = (T)(offset + scale * hash_uniform(i, seed));
-}
 template <class T>
 __global__ void poison_kernel(T* p, long n) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
@@ -83,11 +81,6 @@ __global__ void diff_kernel(const T* a, const T* b, long n, double* sums) {
     }
 }
 
-template <class T>
-void fill(T* p, long n, unsigned seed, float scale = 1.f, float offset = 0.f) {
-    fill_kernel<<<1024, 256>>>(p, n, seed, scale, offset);
-    CUDA_CHECK_LAUNCH(fill_kernel);
-}
 template <class T>
 void poison(T* p, long n) {
     poison_kernel<<<1024, 256>>>(p, n);
@@ -231,11 +224,6 @@ struct Row {
     double ratio;  // median of the rounds' ours / reference times
 };
 
-// A contender run back to back (energy mode): ms a call, joules a call, mean watts.
-struct Sustained {
-    double ms = NAN, j = NAN, w = NAN;
-};
-
 struct Bench {
     Matmul mm;
     int reps = 30;
@@ -248,24 +236,10 @@ struct Bench {
     double energy_seconds = 0;           // --energy: how long each contender runs back to back
     std::unique_ptr<GpuEnergy> meter;    // NVML's energy counter, where --energy asked for it
 
-    // f(i) called back to back for about energy_seconds (est_ms: a call's time in the timed
-    // rounds), after a quarter of that untimed; the energy counter read once the GPU is idle.
+    // A contender back to back for about energy_seconds (est_ms: a call's time in the timed rounds).
     template <class F>
     Sustained sustained(F&& f, double est_ms) {
-        const int n = std::max(8, (int)(energy_seconds * 1e3 / std::max(est_ms, 1e-3)));
-        for (int i = 0; i < n / 4; i++) f(i);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        const double j0 = meter->joules();
-        // One timed run of the n calls (median_ms synchronizes on its stop event).
-        const double ms = median_ms([&] { for (int i = 0; i < n; i++) f(i); }, /*runs=*/1, /*warmup=*/0);
-        const double j1 = meter->joules();
-        Sustained r;
-        r.ms = ms / n;
-        if (j0 >= 0 && j1 >= 0) {
-            r.j = (j1 - j0) / n;
-            r.w = (j1 - j0) / (ms * 1e-3);
-        }
-        return r;
+        return bench::sustained(f, est_ms, energy_seconds, *meter);
     }
     bool energy_for(const Shape& s) const { return meter && s.model == "1.5b"; }
     void print_energy(const char* what, const Sustained& e) {

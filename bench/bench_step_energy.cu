@@ -3,7 +3,7 @@
 // A GPU at its power limit runs a step in its energy divided by the limit: on the H200 (700 W)
 // both training paths run there (README "Measured"), so a fused path is faster than the unfused
 // one only by the energy it saves. This runs, back to back for about S seconds each, a step's
-// worth (B = 16, T = 1024) of:
+// worth (the batch and sequence length of a training config: 16 x 1024 for the GPT-2 configs) of:
 //   gemm       the step's GEMMs on cuBLASLt, as the unfused path calls them (Matmul): per layer the
 //              qkv, proj, fc and fcproj forward (with bias), their dX and dW (fp32, accumulated),
 //              then the tied LM head's forward, dW and dX; every layer's weights and gradients
@@ -15,7 +15,7 @@
 // of these kernels, and the unfused step's measured energy over it bounds what fusing the rest can
 // gain on a GPU that runs at its power limit.
 //
-//   bench_step_energy [--model 350m|1.5b] [--seconds S] [--json FILE]
+//   bench_step_energy [--config NAME|PATH] [--seconds S] [--json FILE]     (default gpt2-1.5b)
 //
 // Appends one "step_energy" record a part to --json (../shared/design/RESULTS.md's common keys,
 // then model, part, ms_step, j_step, w, steps, seconds). NVML's counter is coarse (bench_gemm's
@@ -31,7 +31,9 @@
 
 #include "adamw.cuh"
 #include "attention.cuh"
+#include "bench_util.cuh"
 #include "common.cuh"
+#include "config.hpp"
 #include "device.hpp"
 #include "matmul.cuh"
 #include "results.hpp"
@@ -39,25 +41,6 @@
 using namespace codagpt;
 
 namespace {
-
-constexpr int kB = 16, kT = 1024, kBT = kB * kT, kVocab = 50257, kVocabPadded = 50304;
-
-struct Model {
-    std::string name;
-    int layers, width, heads;
-    // Parameters as the trainer keeps them: per layer two LayerNorms (2C each), qkv (3C^2 + 3C),
-    // proj (C^2 + C), fc (4C^2 + 4C), fcproj (4C^2 + C); wte (V x C, tied LM head), wpe (T x C), ln_f.
-    long params() const {
-        const long C = width;
-        return layers * (12 * C * C + 13 * C) + (long)kVocab * C + (long)kT * C + 2 * C;
-    }
-};
-
-template <class T>
-__global__ void fill_kernel(T* p, long n, unsigned seed, float scale) {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        p[i] = (T)(scale * hash_uniform(i, seed));
-}
 
 // Device buffers, filled with hashed values in [-scale, scale) (never zeros: the tensor cores'
 // power depends on the bits they multiply), freed at the end.
@@ -69,8 +52,7 @@ struct Buffers {
         T* p = nullptr;
         CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
         owned.push_back(p);
-        fill_kernel<<<1024, 256>>>(p, n, seed++, scale);
-        CUDA_CHECK_LAUNCH(fill_kernel);
+        bench::fill(p, n, seed++, scale);
         return p;
     }
     ~Buffers() {
@@ -80,27 +62,20 @@ struct Buffers {
 
 struct Part {
     std::string name;
-    double ms = 0, j = 0, w = 0;
-    int steps = 0;
+    bench::Sustained run;
 };
 
-// step() back to back for about `seconds` after a quarter of that as warm-up; the energy counter
-// read with the GPU idle before and after: ms, joules and watts a step.
+// step() back to back for about `seconds` (bench::sustained, after one call to time it).
 template <class F>
-Part sustained(const std::string& name, F&& step, double seconds, const GpuEnergy& meter) {
+Part part(const std::string& name, F&& step, double seconds, const GpuEnergy& meter) {
     const double est_ms = median_ms(step, /*runs=*/1, /*warmup=*/1);
-    const int n = std::max(4, (int)(seconds * 1e3 / est_ms));
-    for (int i = 0; i < n / 4; i++) step();
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const double j0 = meter.joules();
-    const double ms = median_ms([&] { for (int i = 0; i < n; i++) step(); }, /*runs=*/1, /*warmup=*/0);
-    const double j1 = meter.joules();
-    if (j0 < 0 || j1 < 0) throw Error("bench_step_energy: reading the GPU's energy counter failed");
-    return {name, ms / n, (j1 - j0) / n, (j1 - j0) / (ms * 1e-3), n};
+    const bench::Sustained r = bench::sustained([&](int) { step(); }, est_ms, seconds, meter);
+    if (std::isnan(r.j)) throw Error("bench_step_energy: reading the GPU's energy counter failed");
+    return {name, r};
 }
 
 int run(int argc, char** argv) {
-    std::string model_name = "1.5b", json;
+    std::string config = "gpt2-1.5b", json;
     double seconds = 8;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
@@ -108,18 +83,15 @@ int run(int argc, char** argv) {
             if (i + 1 >= argc) throw Error("bench_step_energy: " + a + " needs a value");
             return argv[++i];
         };
-        if (a == "--model") model_name = next();
+        if (a == "--config") config = next();
         else if (a == "--seconds") seconds = std::stod(next());
         else if (a == "--json") json = next();
         else throw Error("bench_step_energy: unknown option " + a +
-                         " (usage: bench_step_energy [--model 350m|1.5b] [--seconds S] [--json FILE])");
+                         " (usage: bench_step_energy [--config NAME|PATH] [--seconds S] [--json FILE])");
     }
-    const std::vector<Model> models = {{"350m", 24, 1024, 16}, {"1.5b", 48, 1600, 25}};
-    const Model* found = nullptr;
-    for (const Model& m : models)
-        if (m.name == model_name) found = &m;
-    if (!found) throw Error("bench_step_energy: --model " + model_name + ": not 350m or 1.5b");
-    const Model& m = *found;
+    // The model, batch and sequence length of a training config, as `codagpt train` reads it.
+    const TrainConfig cfg = load_config(config);
+    const ModelConfig& m = cfg.model;
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
         fprintf(stderr, "bench_step_energy: needs a CUDA GPU\n");
@@ -131,8 +103,8 @@ int run(int argc, char** argv) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const std::string command = join_command(argc, argv);
 
-    const long C = m.width, L = m.layers, BT = kBT, Vp = kVocabPadded;
-    const int NH = m.heads, HS = m.width / m.heads;
+    const int B = cfg.batch_size, T = cfg.seq_len, NH = m.n_head, HS = m.n_embd / m.n_head;
+    const long C = m.n_embd, L = m.n_layer, BT = (long)B * T, Vp = m.padded_vocab();
     std::vector<Part> parts;
     {
         // The step's GEMMs. Inputs and outputs in separate buffers (no output is read again, so no
@@ -179,24 +151,24 @@ int run(int argc, char** argv) {
                 mm.backward_input(out, dqkv, l.qkv, BT, C, 3 * C, false, 0);
             }
         };
-        parts.push_back(sustained("gemm", step, seconds, *meter));
+        parts.push_back(part("gemm", step, seconds, *meter));
     }
     {
         Buffers b;
         bf16 *qkv = b.make<bf16>(BT * 3 * C, 1.f), *y = b.make<bf16>(BT * C, 0.f);
         bf16 *dy = b.make<bf16>(BT * C, 1e-3f), *dqkv = b.make<bf16>(BT * 3 * C, 0.f);
-        float* lse = b.make<float>((long)kB * NH * kT, 0.f);
+        float* lse = b.make<float>(BT * NH, 0.f);
         Attention attention;
-        attention.reserve(kB, kT, NH, HS);
+        attention.reserve(B, T, NH, HS);
         auto step = [&] {
-            for (long l = 0; l < L; l++) attention.forward(y, lse, qkv, kB, kT, NH, HS, 0);
-            for (long l = 0; l < L; l++) attention.backward(dqkv, dy, qkv, y, lse, kB, kT, NH, HS, 0);
+            for (long l = 0; l < L; l++) attention.forward(y, lse, qkv, B, T, NH, HS, 0);
+            for (long l = 0; l < L; l++) attention.backward(dqkv, dy, qkv, y, lse, B, T, NH, HS, 0);
         };
-        parts.push_back(sustained(std::string("attention (") + attention.backend() + ")", step, seconds, *meter));
+        parts.push_back(part(std::string("attention (") + attention.backend() + ")", step, seconds, *meter));
     }
     {
         Buffers b;
-        const long P = m.params();
+        const long P = (long)m.num_params();  // every parameter the trainer's AdamW updates
         float *master = b.make<float>(P, 0.02f), *grads = b.make<float>(P, 1e-3f);
         float *mom = b.make<float>(P, 1e-4f), *var = b.make<float>(P, 1e-8f);
         bf16* params = b.make<bf16>(P, 0.f);
@@ -208,22 +180,23 @@ int run(int argc, char** argv) {
             clip_scale(scale, norm, norm2, 1.f, 0);
             adamw_update(master, params, grads, mom, var, P, AdamWArgs{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t++}, scale, 0);
         };
-        parts.push_back(sustained("optimizer", step, seconds, *meter));
+        parts.push_back(part("optimizer", step, seconds, *meter));
     }
 
-    printf("%s, power limit %.0f W; GPT-2 %s (%ld layers, C = %ld), B = %d, T = %d, a step's worth of each part, "
+    printf("%s, power limit %.0f W; %s (%ld layers, C = %ld), B = %d, T = %d, a step's worth of each part, "
            "back to back for ~%.0f s\n",
-           prop.name, meter->power_limit_w(), m.name.c_str(), L, C, kB, kT, seconds);
+           prop.name, meter->power_limit_w(), cfg.name.c_str(), L, C, B, T, seconds);
     printf("%-22s %10s %10s %7s %6s\n", "part", "ms", "J", "W", "steps");
     double ms = 0, j = 0;
     for (const Part& p : parts) {
-        printf("%-22s %10.2f %10.2f %7.0f %6d\n", p.name.c_str(), p.ms, p.j, p.w, p.steps);
-        ms += p.ms, j += p.j;
+        const bench::Sustained& e = p.run;
+        printf("%-22s %10.2f %10.2f %7.0f %6d\n", p.name.c_str(), e.ms, e.j, e.w, e.calls);
+        ms += e.ms, j += e.j;
         if (json.empty()) continue;
-        nlohmann::json r = {{"kind", "step_energy"}, {"gpu", prop.name},        {"model", "gpt2-" + m.name},
-                            {"part", p.name},        {"batch", kB},             {"seq", kT},
-                            {"ms_step", p.ms},       {"j_step", p.j},           {"w", p.w},
-                            {"steps", p.steps},      {"seconds", seconds},      {"power_limit_w", meter->power_limit_w()}};
+        nlohmann::json r = {{"kind", "step_energy"}, {"gpu", prop.name},   {"model", cfg.name},
+                            {"part", p.name},        {"batch", B},         {"seq", T},
+                            {"ms_step", e.ms},       {"j_step", e.j},      {"w", e.w},
+                            {"steps", e.calls},      {"seconds", seconds}, {"power_limit_w", meter->power_limit_w()}};
         stamp_record(r, command);
         append_record(json, r);
     }

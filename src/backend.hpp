@@ -33,7 +33,8 @@ public:
     // device, so the training loop can skip the step when it is not finite.
     virtual double grad_norm() = 0;
     // A host copy of the accumulated gradients (fp32, param_layout() order), as grad_norm() sees
-    // them: for --grad-norms. One process only (a data-parallel rank reduces only its shard).
+    // them and apply_update() leaves them: for --grad-norms. One process only (a data-parallel
+    // rank reduces only its shard).
     virtual std::vector<float> gradients() const = 0;
     // Global-norm clipping with `norm` (grad_norm()'s value; a GPU uses its device copy of it) and
     // one AdamW step. Synchronizes: the step's time is complete when it returns.

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
                     "part not hidden by backward, optimizer): medians at the end, per step in metrics.jsonl");
     train->add_flag("--grad-norms", train_opt.grad_norms,
                     "Log each parameter tensor's gradient norm (per layer for the layers' tensors) in every step line "
-                    "of metrics.jsonl: where a gradient spike comes from (one process; copies the gradients each step)");
+                    "of metrics.jsonl: where a gradient spike comes from (one process; copies the gradients after each step)");
     train->add_flag("-q,--quiet", train_opt.quiet, "Print only evaluation and summary lines");
     train->add_option("--bench-json", train_opt.bench_json,
                       "Append a benchmark record (steady-state tok/s, ms/step, losses) to this JSON file");

@@ -386,6 +386,11 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         if (step_energy) step_energy->interrupt();
     };
     std::vector<StepPhases> phases;  // --phase-times: each updated step's
+    // --grad-norms: each tensor's gradient norm of the step just run, outside its clock.
+    const std::vector<ParamInfo> layout = opt.grad_norms ? param_layout(cfg.model) : std::vector<ParamInfo>{};
+    const auto add_grad_norms = [&](nlohmann::json& line) {
+        if (opt.grad_norms) line["grad_norms"] = tensor_grad_norms(model->gradients(), layout);
+    };
     int bad_in_a_row = 0;
     double avg_seconds = 0;  // for the live line
     // --trace-kernels: the last step this run takes (of cfg.steps, or --stop-after's), a steady one
@@ -423,17 +428,15 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         const double lr = lr_at(cfg, step);
         double norm = 0;
         traced_run([&] { norm = model->grad_norm(); });  // synchronizes
-        const nlohmann::json tensor_norms =
-            opt.grad_norms ? tensor_grad_norms(model->gradients(), param_layout(cfg.model)) : nlohmann::json();
         // Guard: a non-finite loss or norm would poison the weights and AdamW moments for good, so
         // the step is skipped (data and schedule move on); a run that keeps producing them stops.
         const char* bad = !std::isfinite(loss) ? "non-finite loss" : !std::isfinite(norm) ? "non-finite grad norm" : nullptr;
         if (bad) {
+            nlohmann::json line = {{"step", step + 1}, {"skipped", bad}};
+            add_grad_norms(line);  // before they are zeroed
             model->zero_grad();
             not_a_step();
             bad_in_a_row++;
-            nlohmann::json line = {{"step", step + 1}, {"skipped", bad}};
-            if (opt.grad_norms) line["grad_norms"] = tensor_norms;
             record(line);
             clear_live();
             if (lead)
@@ -458,7 +461,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             const double mfu = peak > 0 ? tok_s * flops_per_token / peak : 0;
             nlohmann::json line = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
                                    {"ms", seconds * 1e3}, {"tok_s", tok_s}};
-            if (opt.grad_norms) line["grad_norms"] = tensor_norms;
+            add_grad_norms(line);  // the update read the gradients and left them as they were
             if (opt.phase_times) {
                 phases.push_back(model->phases());  // its events are complete: apply_update synchronized
                 line["phase_ms"] = phases_json(phases.back(), dp != nullptr);

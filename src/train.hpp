@@ -27,7 +27,7 @@ struct TrainOptions {
     bool phase_times = false;
     // Add each parameter tensor's gradient norm (per layer for the layers' tensors) to every step
     // line of metrics.jsonl ("grad_norms"): which tensor a gradient spike comes from. One process;
-    // copies the gradients to the host each step.
+    // copies the gradients to the host after each step, outside its clock.
     bool grad_norms = false;
     bool quiet = false;           // only the summary lines (metrics still go to the JSONL file)
     std::string bench_json;       // append a benchmark record (bench/results format) to this file
