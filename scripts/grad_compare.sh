@@ -8,7 +8,9 @@
 # reference), unfused, coda. Each path trains in OUT/<path> (metrics.jsonl, its log); the table
 # (OUT/compare.txt) lists, for each step and path, the gradient norm and the tensors whose norm
 # departs most from the first path's, then every layer's largest departure. CODAGPT names the
-# binary (default build/codagpt).
+# binary (default build/codagpt). DUMP_LAYERS="17,16" has each path dump those layers' activations
+# and gradients of its first step into OUT/<path>/dump (CODAGPT_DUMP, src/tensor_dump.hpp), for
+# scripts/compare_dumps.py.
 set -euo pipefail
 [[ $# -ge 3 ]] || { echo "usage: grad_compare.sh OUT \"PATH...\" <codagpt train options>" >&2; exit 2; }
 out=$1 paths=$2; shift 2
@@ -21,7 +23,9 @@ mkdir -p "$out"
 for p in $paths; do
   if [[ $p == cpu ]]; then dev=(--device cpu); else dev=(--device cuda --fusion "$p"); fi
   rm -rf "${out:?}/$p"
-  "$bin" train "$@" "${dev[@]}" --grad-norms --ckpt_every 0 --log_every 1 --quiet --out_dir "$out/$p" \
+  dump=()
+  if [[ -n ${DUMP_LAYERS:-} ]]; then mkdir -p "$out/$p/dump"; dump=(env "CODAGPT_DUMP=$out/$p/dump:$DUMP_LAYERS"); fi
+  "${dump[@]}" "$bin" train "$@" "${dev[@]}" --grad-norms --ckpt_every 0 --log_every 1 --quiet --out_dir "$out/$p" \
     > "$out/$p.log" 2>&1 || { echo "grad_compare: the $p run failed: $(tail -1 "$out/$p.log")" >&2; exit 1; }
 done
 python3 - "$out" $paths <<'PY' | tee "$out/compare.txt"

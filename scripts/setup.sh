@@ -5,7 +5,8 @@
 # without nvcc the CPU reference is built; see README.md for the GPU set-up.
 set -euo pipefail
 
-packages=(cmake make g++ nlohmann-json3-dev libcli11-dev libgtest-dev libicu-dev)
+# python3-numpy: the tests of scripts/compare_dumps.py (a debugging aid; training runs no Python)
+packages=(cmake make g++ nlohmann-json3-dev libcli11-dev libgtest-dev libicu-dev python3-numpy)
 
 # A package counts as present when dpkg has it installed; on machines without dpkg we look for
 # the files the build needs instead (headers may have been copied by hand).

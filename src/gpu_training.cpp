@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "adamw.cuh"
+#include "tensor_dump.hpp"
 
 namespace codagpt {
 
@@ -29,6 +30,11 @@ std::vector<float> download_bf16(const bf16* src, size_t n, cudaStream_t stream)
     std::vector<float> out(n);
     for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(h[i]);
     return out;
+}
+
+void dump(int layer, std::initializer_list<DumpedTensor> tensors, cudaStream_t stream) {
+    if (!dump_layer(layer)) return;
+    for (const DumpedTensor& t : tensors) dump_tensor(t.name, layer, download_bf16(t.data, t.n, stream).data(), t.n);
 }
 
 void device_shard_norm_squared(const OptimizerBuffers& b, float* out, cudaStream_t stream) {

@@ -5,6 +5,7 @@
 // one rank of a data-parallel job with ZeRO-1 (data_parallel.hpp).
 #pragma once
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -42,6 +43,14 @@ double mean_device_loss(const float* losses, int n, cudaStream_t stream);
 void upload_bf16(bf16* dst, const std::vector<float>& params);
 // n bf16 values from the device as floats, after the work queued on `stream` (e.g. the logits).
 std::vector<float> download_bf16(const bf16* src, size_t n, cudaStream_t stream);
+
+// CODAGPT_DUMP (tensor_dump.hpp): layer l's bf16 tensors, after the work queued on `stream`.
+struct DumpedTensor {
+    const char* name;
+    const bf16* data;
+    size_t n;
+};
+void dump(int layer, std::initializer_list<DumpedTensor> tensors, cudaStream_t stream);
 
 // The buffers of one rank's optimizer step. params and grads are the model's whole flat buffers
 // (param_layout order); master, m and v hold the flat elements [shard->begin, shard->end) (a ZeRO-1

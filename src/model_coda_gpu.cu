@@ -294,6 +294,7 @@ struct GPT2CodaGPU::Impl {
             }
             // 2. attention (CODA leaves it alone)
             attention.forward(y_l, att_lse + (size_t)l * B * NH * T, qkv_l, B, T, NH, HS, stream);
+            dump(l, {{"x", x, MC}, {"qkv", qkv_l, 3 * MC}, {"y", y_l, MC}}, stream);
             auto residual_gemm = [&](const bf16* a, int K, const bf16* weight, const float* bias, const bf16* res,
                                      bf16* out) {
                 ResidualForward<bf16> pr;
@@ -374,6 +375,7 @@ struct GPT2CodaGPU::Impl {
             const float *mu_mid_l = mu_mid + (size_t)l * M, *rstd_mid_l = rstd_mid + (size_t)l * M;
             const Fold qf = qkv_fold(l), ff = fc_fold(l);
 
+            dump(l, {{"dout", dres, MC}}, stream);
             if (l < f_slots.r) {  // --recompute mlp: f again, by the fc GEMM of forward (step 5) without g
                 FcPreactivation<bf16> pr;
                 pr.ln = {{mu_mid_l}, {rstd_mid_l}, {ff.c}, {ff.b_folded}};
@@ -402,6 +404,7 @@ struct GPT2CodaGPU::Impl {
             // 7. attention backward -> dqkv (into g_buf: g was consumed by step 2)
             bf16* const dqkv = g_buf;
             attention.backward(dqkv, dy, qkv_l, y_l, att_lse + (size_t)l * B * NH * T, B, T, NH, HS, stream);
+            dump(l, {{"dy", dy, MC}, {"dqkv", dqkv, 3 * MC}}, stream);
             {  // 8. the one small pass over dqkv, qkv: dz-producer outputs of the qkv fold
                 QkvGradient<bf16> pr;
                 pr.dqkv = {dqkv, {C3}}, pr.qkv = {qkv_l, {C3}};

@@ -12,6 +12,7 @@
 
 #include "ops_cpu.hpp"
 #include "rng.hpp"
+#include "tensor_dump.hpp"
 
 namespace codagpt {
 
@@ -45,6 +46,12 @@ struct Acts {
     F* inv_sum;    // [B, T]  1 / sum of the row's softmax exponentials
     F* losses;     // [B, T]
 };
+
+// CODAGPT_DUMP (tensor_dump.hpp): one of layer l's tensors, as fp32.
+template <typename F>
+void dump(const char* name, long l, const F* data, size_t n) {
+    if (dump_layer((int)l)) dump_tensor(name, (int)l, std::vector<float>(data, data + n).data(), n);
+}
 
 template <typename F, typename Fn>
 void for_each_act(Acts<F>& a, const ModelConfig& m, size_t B, size_t T, Fn&& fn) {
@@ -208,6 +215,9 @@ F GPT2CPU<F>::forward(const int* inputs, const int* targets, int B, int T) {
         cpu::layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, lp.ln1_w, lp.ln1_b, BT, C);
         cpu::matmul_forward(la.qkv, la.ln1, lp.qkv_w, lp.qkv_b, BT, C, 3 * C);
         cpu::attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
+        dump("x", l, residual, BT * C);
+        dump("qkv", l, la.qkv, BT * 3 * C);
+        dump("y", l, la.atty, BT * C);
         cpu::matmul_forward(la.attproj, la.atty, lp.proj_w, lp.proj_b, BT, C, C);
         cpu::residual_forward(la.residual2, residual, la.attproj, BT * C);
         cpu::layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, lp.ln2_w, lp.ln2_b, BT, C);
@@ -251,6 +261,7 @@ void GPT2CPU<F>::backward(F grad_scale) {
         const LayerActs<F> la = layer_acts(a, cfg_, l, B, T), ld = layer_acts(d, cfg_, l, B, T);
         const F* residual = l == 0 ? a.encoded : layer_acts(a, cfg_, l - 1, B, T).residual3;
         F* dresidual = l == 0 ? d.encoded : layer_acts(d, cfg_, l - 1, B, T).residual3;
+        dump("dout", l, ld.residual3, BT * C);
         cpu::residual_backward(ld.residual2, ld.fcproj, ld.residual3, BT * C);
         cpu::matmul_backward(ld.fch_gelu, lg.fcproj_w, lg.fcproj_b, ld.fcproj, la.fch_gelu, lp.fcproj_w, scratch_.data(),
                         BT, 4 * C, C);
@@ -261,6 +272,8 @@ void GPT2CPU<F>::backward(F grad_scale) {
         cpu::residual_backward(dresidual, ld.attproj, ld.residual2, BT * C);
         cpu::matmul_backward(ld.atty, lg.proj_w, lg.proj_b, ld.attproj, la.atty, lp.proj_w, scratch_.data(), BT, C, C);
         cpu::attention_backward(ld.qkv, ld.atty, la.qkv, la.att, B, T, C, NH);
+        dump("dy", l, ld.atty, BT * C);
+        dump("dqkv", l, ld.qkv, BT * 3 * C);
         cpu::matmul_backward(ld.ln1, lg.qkv_w, lg.qkv_b, ld.qkv, la.ln1, lp.qkv_w, scratch_.data(), BT, C, 3 * C);
         cpu::layernorm_backward(dresidual, lg.ln1_w, lg.ln1_b, ld.ln1, residual, lp.ln1_w, la.ln1_mean, la.ln1_rstd,
                            BT, C);

@@ -174,6 +174,7 @@ struct GPT2GPU::Impl {
             layernorm_forward(l_ln1, ln1_mean + l * BT, ln1_rstd + l * BT, residual_in(l), w.ln1_w, w.ln1_b, BT, C, stream);
             matmul.forward(l_qkv, l_ln1, w.qkv_w, w.qkv_b, BT, C, 3 * C, stream);
             attention.forward(l_atty, lse + (size_t)l * B * NH * T, l_qkv, B, T, NH, HS, stream);
+            dump(l, {{"x", residual_in(l), BTC}, {"qkv", l_qkv, 3 * BTC}, {"y", l_atty, BTC}}, stream);
             matmul.forward(btc, l_atty, w.proj_w, w.proj_b, BT, C, C, stream);
             residual_forward(l_res2, residual_in(l), btc, BTC, stream);
             layernorm_forward(l_ln2, ln2_mean + l * BT, ln2_rstd + l * BT, l_res2, w.ln2_w, w.ln2_b, BT, C, stream);
@@ -213,6 +214,7 @@ struct GPT2GPU::Impl {
             bf16* const l_ln2 = ln2 + l * BTC;
             bf16* const l_fch = fch_out(l);
             // dresidual is the gradient of residual3[l] = residual2 + fcproj(gelu(fc(ln2)))
+            dump(l, {{"dout", dresidual, BTC}}, stream);
             if (l < fch_slots().r) matmul.forward(l_fch, l_ln2, w.fc_w, w.fc_b, BT, C, 4 * C, stream);
             if (l < gelu_slots().r) gelu_forward(gelu_out(l), l_fch, 4 * BTC, stream);
             matmul.backward_weight(dw.fcproj_w, gelu_out(l), dresidual, BT, 4 * C, C, stream);
@@ -229,6 +231,7 @@ struct GPT2GPU::Impl {
             bias_backward(dw.proj_b, reduce_scratch, dresidual, BT, C, stream);
             matmul.backward_input(dbtc, dresidual, w.proj_w, BT, C, C, false, stream);
             attention.backward(dqkv, dbtc, l_qkv, l_atty, lse + (size_t)l * B * NH * T, B, T, NH, HS, stream);
+            dump(l, {{"dy", dbtc, BTC}, {"dqkv", dqkv, 3 * BTC}}, stream);
             matmul.backward_weight(dw.qkv_w, l_ln1, dqkv, BT, C, 3 * C, stream);
             bias_backward(dw.qkv_b, reduce_scratch, dqkv, BT, 3 * C, stream);
             matmul.backward_input(dbtc, dqkv, w.qkv_w, BT, C, 3 * C, false, stream);

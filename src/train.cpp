@@ -31,6 +31,7 @@
 #include "results.hpp"
 #include "sample.hpp"
 #include "step_phases.hpp"
+#include "tensor_dump.hpp"
 
 namespace codagpt {
 namespace fs = std::filesystem;
@@ -221,6 +222,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         throw Error("--trace-kernels lists GPU kernels: it needs a GPU run (--device cuda or auto with a GPU)");
     if (opt.phase_times && !use_gpu(opt.device))
         throw Error("--phase-times times CUDA streams: it needs a GPU run (--device cuda or auto with a GPU)");
+    const bool dumps = check_dump_env();
     // ---- ranks: one process, or one of several started by the launcher, srun or mpirun. A rank of
     // a job, and the one worker of `--nproc-per-node 1` (the same path on one GPU), trains data
     // parallel over NCCL: it joins the rendezvous (which also tells a launcher that start-up went
@@ -234,6 +236,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         if (opt.grad_norms)
             throw Error("--grad-norms: one process only (a data-parallel rank holds the reduced gradients of its "
                         "shard alone)");
+        if (dumps) throw Error("CODAGPT_DUMP: one process only (every rank would write the same files)");
         dp = make_data_parallel(dist, mc);
     }
     const int ranks = dist.world_size;

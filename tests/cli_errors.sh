@@ -52,5 +52,7 @@ expect_error "cannot open weights file /nonexistent/w.safetensors" train --devic
 expect_error "configs/gpt2-tiny.json: not a weights file" train --device cpu --init-from configs/gpt2-tiny.json
 expect_error "n_embd 32 (config 64)" train --device cpu --init-from "$narrow"
 expect_error "excludes" train --device cpu --init-from "$narrow" --resume latest
+CODAGPT_DUMP=nodir expect_error "CODAGPT_DUMP must be DIR:LAYER[,LAYER...], got 'nodir'" train --device cpu
+CODAGPT_DUMP=/nonexistent:3 expect_error "CODAGPT_DUMP: no directory /nonexistent" train --device cpu
 echo "$((total - fails)) passed, $fails failed"
 [[ $fails -eq 0 ]]

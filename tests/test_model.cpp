@@ -1,5 +1,5 @@
 // The CPU reference GPT-2: gradients against finite differences (fp64), fp32 against fp64, the
-// padded vocabulary, causality, gradient accumulation, init and determinism.
+// padded vocabulary, causality, gradient accumulation, init and determinism; CODAGPT_DUMP.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -7,10 +7,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
+#include "common.hpp"
 #include "model_cpu.hpp"
 #include "rng.hpp"
+#include "tensor_dump.hpp"
+#include "test_util.hpp"
 
 using namespace codagpt;
 
@@ -260,4 +265,65 @@ TEST(ModelCPU, BitIdenticalAcrossRunsAndThreadCounts) {
     EXPECT_EQ(loss1, loss3) << "result depends on the thread count";
     EXPECT_TRUE(g1 == g3) << "gradients depend on the thread count";
     EXPECT_NE(loss1, loss4) << "the seed does not change the model";
+}
+
+namespace {
+
+std::vector<float> read_floats(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::vector<float> v(std::filesystem::file_size(path) / sizeof(float));
+    f.read(reinterpret_cast<char*>(v.data()), (std::streamsize)(v.size() * sizeof(float)));
+    return v;
+}
+
+}  // namespace
+
+// CODAGPT_DUMP=DIR:0: layer 0's tensors of the first step, as fp32 [tokens, width]; x is the
+// embedding (wte[token] + wpe[position]); a later step leaves them as they are; other layers write nothing.
+TEST(ModelCPU, DumpWritesTheListedLayersOfTheFirstStep) {
+    test::TempDir dir;
+    test::ScopedEnv env("CODAGPT_DUMP", dir.path.string() + ":0");
+    ASSERT_TRUE(check_dump_env());
+    const ModelConfig m = small_config();
+    GPT2CPU<float> model(m);
+    randomize(model, 5);
+    const int B = 2, T = 8, C = m.n_embd;
+    const std::vector<int> in = random_tokens(B * T, m.vocab_size, 6), tgt = random_tokens(B * T, m.vocab_size, 7);
+    model.forward(in.data(), tgt.data(), B, T);
+    model.backward(1.f);
+    const std::vector<float> x = read_floats(dir / "x_0.f32");
+    ASSERT_EQ(x.size(), (size_t)B * T * C);
+    const GPT2Params<float> p = model.p();
+    for (int i = 0; i < B * T; i++)
+        for (int c = 0; c < C; c++)
+            ASSERT_EQ(x[(size_t)i * C + c], p.wte[(size_t)in[i] * C + c] + p.wpe[(size_t)(i % T) * C + c]) << i << " " << c;
+    for (const char* name : {"qkv", "dqkv"}) EXPECT_EQ(read_floats(dir / (name + std::string("_0.f32"))).size(), (size_t)B * T * 3 * C) << name;
+    for (const char* name : {"y", "dout", "dy"}) {
+        const std::vector<float> v = read_floats(dir / (name + std::string("_0.f32")));
+        ASSERT_EQ(v.size(), (size_t)B * T * C) << name;
+        EXPECT_TRUE(std::any_of(v.begin(), v.end(), [](float a) { return a != 0.f; })) << name;
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir / "x_1.f32"));
+
+    const std::vector<int> other = random_tokens(B * T, m.vocab_size, 8);
+    model.forward(other.data(), tgt.data(), B, T);
+    EXPECT_EQ(read_floats(dir / "x_0.f32"), x);
+}
+
+TEST(ModelCPU, DumpRefusesAMalformedSetting) {
+    test::TempDir dir;
+    const std::pair<std::string, const char*> cases[] = {
+        {"no_colon", "must be DIR:LAYER"},
+        {dir.path.string() + ":", "must be DIR:LAYER"},
+        {dir.path.string() + ":1,x", "'x' is not a layer number"},
+        {dir.path.string() + ":-2", "'-2' is not a layer number"},
+        {"/nonexistent_dir:1", "no directory /nonexistent_dir"},
+    };
+    for (const auto& [value, message] : cases) {
+        test::ScopedEnv env("CODAGPT_DUMP", value);
+        EXPECT_TRUE(test::mentions(test::error_of([] { check_dump_env(); }), message)) << value;
+    }
+    test::ScopedEnv off("CODAGPT_DUMP", "");
+    EXPECT_FALSE(check_dump_env());
+    EXPECT_FALSE(dump_layer(0));
 }
