@@ -13,9 +13,19 @@ done
 [[ -n $py ]] || { echo "skip: no python3 with numpy"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Two small shards of random tokens (src/data.hpp: 256 int32 header, then uint16 tokens).
+"$py" - "$tmp" <<'PY'
+import sys, numpy as np
+rng = np.random.default_rng(0)
+for name, n in (("train", 4096), ("val", 1024)):
+    header = np.zeros(256, dtype="<i4"); header[:3] = (20240520, 1, n)
+    with open(f"{sys.argv[1]}/{name}_000000.bin", "wb") as f:
+        f.write(header.tobytes()); f.write(rng.integers(0, 50257, n, dtype="<u2").tobytes())
+PY
 for seed in 1 2; do
   mkdir -p "$tmp/d$seed"
   CODAGPT_DUMP="$tmp/d$seed:0,1" "$bin" train --config configs/gpt2-tiny.json --device cpu --steps 1 --eval_every 0 \
+    --train_data "$tmp/train_*.bin" --val_data "$tmp/val_*.bin" \
     --seed $seed --quiet --out_dir "$tmp/run$seed" > "$tmp/train$seed.log" 2>&1 || { cat "$tmp/train$seed.log"; exit 1; }
 done
 out=$("$py" scripts/compare_dumps.py --seq-len 64 --embd 64 --heads 4 "$tmp/d1" "$tmp/d1" "$tmp/d2")
