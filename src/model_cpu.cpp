@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 #include <stdexcept>
+#include <type_traits>
 
 #include "ops_cpu.hpp"
 #include "rng.hpp"
@@ -50,7 +51,11 @@ struct Acts {
 // CODAGPT_DUMP (tensor_dump.hpp): one of layer l's tensors, as fp32.
 template <typename F>
 void dump(const char* name, long l, const F* data, size_t n) {
-    if (dump_layer((int)l)) dump_tensor(name, (int)l, std::vector<float>(data, data + n).data(), n);
+    if (!dump_layer((int)l)) return;
+    if constexpr (std::is_same_v<F, float>)
+        dump_tensor(name, (int)l, data, n);
+    else
+        dump_tensor(name, (int)l, std::vector<float>(data, data + n).data(), n);
 }
 
 template <typename F, typename Fn>

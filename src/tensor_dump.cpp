@@ -41,12 +41,13 @@ DumpSpec parse(const std::string& v) {
     return d;
 }
 
-// Parsed again when the variable changes (tests set it between runs in one process).
+// Parsed again when the variable changes (tests set it between runs in one process); the models
+// ask for every layer of every step, so the usual case is one getenv and one compare, no allocation.
 const DumpSpec& spec() {
     static DumpSpec s;
     const char* env = std::getenv("CODAGPT_DUMP");
-    const std::string v = env ? env : "";
-    if (v != s.env) s = parse(v);
+    if (!env) env = "";
+    if (s.env != env) s = parse(env);
     return s;
 }
 

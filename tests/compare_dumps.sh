@@ -13,15 +13,9 @@ done
 [[ -n $py ]] || { echo "skip: no python3 with numpy"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# Two small shards of random tokens (src/data.hpp: 256 int32 header, then uint16 tokens).
-"$py" - "$tmp" <<'PY'
-import sys, numpy as np
-rng = np.random.default_rng(0)
-for name, n in (("train", 4096), ("val", 1024)):
-    header = np.zeros(256, dtype="<i4"); header[:3] = (20240520, 1, n)
-    with open(f"{sys.argv[1]}/{name}_000000.bin", "wb") as f:
-        f.write(header.tobytes()); f.write(rng.integers(0, 50257, n, dtype="<u2").tobytes())
-PY
+# Shards of a small text, by `codagpt prepare` (the GPT-2 tokenizer files under data/gpt2).
+for i in $(seq 400); do printf 'First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n'; done > "$tmp/text.txt"
+"$bin" prepare --input "$tmp/text.txt" --out "$tmp" --split-on-blank-lines > /dev/null
 for seed in 1 2; do
   mkdir -p "$tmp/d$seed"
   CODAGPT_DUMP="$tmp/d$seed:0,1" "$bin" train --config configs/gpt2-tiny.json --device cpu --steps 1 --eval_every 0 \
