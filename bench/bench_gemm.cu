@@ -443,15 +443,11 @@ struct Bench {
     static FoldGradient<bf16> fold_grad(Buffers& b, const GemmProblem& p, const TileShape& ts) {
         const long tn = n_tiles(p.N, ts.bn), tm = n_tiles(p.M, ts.bm);
         FoldGradient<bf16> f;
-        f.mu = {vec(b, p.M, 21)};
-        f.rstd = {vec(b, p.M, 22, 0.1f, 1.f)};
         f.c = {vec(b, p.N, 23)};
         f.b_folded = {vec(b, p.N, 24)};
-        f.dz_hat = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
         f.m1 = {b.get<float>(p.M * tn)};
         f.m2 = {b.get<float>(p.M * tn)};
         f.db = {b.get<float>(tm * p.N)};
-        f.v = {b.get<float>(tm * p.N)};
         return f;
     }
 
@@ -502,10 +498,11 @@ struct Bench {
                   GeluBackward<bf16> g;
                   g.f = {act(b, (long)p.M * p.N, 41), Layout{p.N, false}};
                   g.g = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
+                  g.df = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
                   g.fold = fold_grad(b, p, ts);
                   return g;
               });
-        // dX through the fc fold: df^[T, 4C] W~fc^T, W~fc stored [C, 4C] = [N, K].
+        // dX through the fc fold: df[T, 4C] W~fc^T, W~fc stored [C, 4C] = [N, K]; xhat over x.
         fused({"1.5b", "fc dX", T, C, 4 * C, false, true, false}, "LnBackwardX",
               [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
                   LnBackwardX<bf16> l;
@@ -513,19 +510,20 @@ struct Bench {
                   l.rstd = {vec(b, p.M, 52, 0.1f, 1.f)};
                   l.m1 = {vec(b, p.M, 53)};
                   l.m2 = {vec(b, p.M, 54)};
-                  l.x = {act(b, (long)p.M * p.N, 55), Layout{p.N, false}};
+                  bf16* x = act(b, (long)p.M * p.N, 55);
+                  l.x = {x, Layout{p.N, false}};
                   l.dres = {act(b, (long)p.M * p.N, 56), Layout{p.N, false}};
+                  l.xhat_out = {x, Layout{p.N, false}};  // over x, as the trainer
                   l.dx_out = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
                   l.bias_grad = {b.get<float>((long)n_tiles(p.M, ts.bm) * p.N)};
                   return l;
               });
-        // dW through the fc fold: x^T[C, T] dz^[T, 4C] into the fp32 gradient.
+        // dW through the fc fold: xhat^T[C, T] df[T, 4C] into the fp32 gradient.
         fused({"1.5b", "fc dW", C, 4 * C, T, true, false, true}, "LnBackwardW",
               [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
                   LnBackwardW<bf16> l;
                   l.gamma = {vec(b, p.M, 61, 0.1f, 1.f)};
                   l.beta = {vec(b, p.M, 62)};
-                  l.v = {vec(b, p.N, 63)};
                   l.db = {vec(b, p.N, 64)};
                   l.w = {act(b, (long)p.M * p.N, 65), Layout{p.N, false}};
                   l.dw = {vec(b, (long)p.M * p.N, 66), Layout{p.N, false}};
@@ -564,7 +562,7 @@ struct Bench {
         const int T = kTokens;
         for (auto [model, C] : {std::pair<const char*, int>{"350m", 1024}, {"1.5b", 1600}}) {
             const int N = 3 * C;
-            pass_program(model, "QkvGradient", T, N, 3.0 * T * N * 2, [&](Buffers& b, const GemmProblem& p) {
+            pass_program(model, "QkvGradient", T, N, 2.0 * T * N * 2, [&](Buffers& b, const GemmProblem& p) {
                 QkvGradient<bf16> q;
                 q.dqkv = {act(b, (long)p.M * p.N, 71), Layout{p.N, false}};
                 q.qkv = {act(b, (long)p.M * p.N, 72), Layout{p.N, false}};
@@ -575,11 +573,13 @@ struct Bench {
         pass_program("both", "CrossEntropyGradient", T, kVocabPadded, 2.0 * T * kVocabPadded * 2,
                      [&](Buffers& b, const GemmProblem& p) {
                          CrossEntropyGradient<bf16> c;
-                         c.logits = {act(b, (long)p.M * p.N, 81, 4.f), Layout{p.N, false}};
+                         bf16* logits = act(b, (long)p.M * p.N, 81, 4.f);
+                         c.logits = {logits, Layout{p.N, false}};
                          c.lse = {vec(b, p.M, 82, 1.f, 12.f)};
                          c.target = targets(b, p.M);
                          c.vocab = kVocab;
                          c.scale = 1.f / p.M;
+                         c.dz = {logits, Layout{p.N, false}};  // in place, as the trainer
                          c.fold = fold_grad(b, p, gemm_tile_shape(p));
                          return c;
                      });

@@ -31,11 +31,11 @@ void coda_token_loss(float* lse, float* loss, const float* partials, const float
                      cudaStream_t stream);
 
 // The finalize of a dz producer (FoldGradient) of a folded GEMM with M tokens, N outputs and K
-// inputs: m1, m2 = row sums / K; db, v = column sums; bias_grad (may be null) += db, the bias
+// inputs: m1, m2 = row sums / K; db = column sums; bias_grad (may be null) += db, the bias
 // gradient of the folded GEMM.
-void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* v, float* bias_grad, const float* m1_partials,
-                                 const float* m2_partials, const float* db_partials, const float* v_partials, int M,
-                                 int N, int K, int tiles_n, int tiles_m, cudaStream_t stream);
+void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* bias_grad, const float* m1_partials,
+                                 const float* m2_partials, const float* db_partials, int M, int N, int K, int tiles_n,
+                                 int tiles_m, cudaStream_t stream);
 
 // LnBackwardW's row partials: dgamma[k] += row sum, dbeta[k] += row sum, for the K rows.
 void coda_accumulate_ln_grads(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,

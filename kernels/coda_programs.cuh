@@ -1,7 +1,7 @@
 // The epilogue programs of the GPT-2 schedule (CODA_GPT2.md), forward and backward, and the tiny
 // finalize functions that merge their partials. Each program is the one place its formula lives;
 // the contract they follow is in epilogue.cuh. Notation: rows i are tokens (for the dW GEMM, rows
-// k are input channels), columns j output features; r = rstd, b~ = b_folded, dz^ = dz_hat.
+// k are input channels), columns j output features; r = rstd, b~ = b_folded.
 // Activations are Act: bf16 in training; float lets tests check the algebra at fp32 precision.
 // Vectors, partials and parameter gradients are fp32.
 #pragma once
@@ -21,37 +21,35 @@ struct LnFold {
 };
 
 // The outputs a dz producer writes for the backward of a folded GEMM, from values already in
-// registers: dz^ = r*dz (the GEMM operand that replaces dz), row partials m1 = sum_j dz c_j and
-// m2 = sum_j dz (z - b~_j) (the 1/K of their means is applied by finalize_row_sum), column
-// partials db = sum_i dz and v = sum_i mu dz^. v uses the stored dz^, the exact operand of the dW
-// GEMM's acc = x^T dz^, so that acc - v = sum_i (x_i - mu_i) dz^_i cancels only rounding.
+// registers. dz is the gradient of z as the producer stored it (or, for the qkv fold, as attention
+// backward did): the A operand of the fold's dX GEMM and the B operand of its dW GEMM. Row
+// partials m1 = sum_j dz c_j and m2 = sum_j dz (z - b~_j) (the 1/K of their means is applied by
+// finalize_row_sum), column partials db = sum_i dz. All three from the stored dz, the exact operand
+// of both GEMMs: m1 and m2 are then the projections of the dX GEMM's acc onto 1 and xhat up to the
+// rounding of z, and beta (x) db is the exact beta term of the dW GEMM's operand.
 template <class Act = bf16>
 struct FoldGradient {
-    RowVec mu, rstd;
     ColVec c, b_folded;
-    StoreTile<Act> dz_hat;
     RowPartials<Sum> m1, m2;
-    ColPartials<Sum> db, v;
+    ColPartials<Sum> db;
 
     struct Row {
         Sum m1, m2;
         CODA_HD void combine(const Row& o) { m1.combine(o.m1); m2.combine(o.m2); }
     };
     struct Col {
-        Sum db, v;
-        CODA_HD void combine(const Col& o) { db.combine(o.db); v.combine(o.v); }
+        Sum db;
+        CODA_HD void combine(const Col& o) { db.combine(o.db); }
     };
-    // dz: the gradient of the stored pre-activation z at this element.
+    // dz: the stored gradient of the stored pre-activation z at this element.
     template <class E>
     CODA_HD void element(const E& e, float dz, float z, Row& row, Col& col) const {
-        const float dzh = dz_hat.store(e, rstd(e) * dz);
         row.m1.add(dz, c(e));
         row.m2.add(dz, z - b_folded(e));
         col.db.add(dz);
-        col.v.add(mu(e), dzh);
     }
     CODA_HD void write_row(const Row& row, RowSlot s) const { m1.write(row.m1, s); m2.write(row.m2, s); }
-    CODA_HD void write_col(const Col& col, ColSlot s) const { db.write(col.db, s); v.write(col.v, s); }
+    CODA_HD void write_col(const Col& col, ColSlot s) const { db.write(col.db, s); }
 };
 
 // ================================================================ forward
@@ -151,11 +149,11 @@ struct LmHeadForward : NoColPartials {
 
 // ================================================================ backward
 
-// (4') The cross-entropy pass over the stored logits (no GEMM: acc = 0): dlogits, then the
-// dz-producer outputs of the LN_f fold, with dz^ written in place of the logits.
+// (4') The cross-entropy pass over the stored logits (no GEMM: acc = 0): dlogits, written in place
+// of the logits, then the dz-producer outputs of the LN_f fold.
 // dz = (exp(z - lse) - [j == target]) * scale for j < vocab, 0 on padded columns ;
-// dz^ = r*dz, m1 += dz*c, m2 += dz*(z - b~), db += dz, v += mu*dz^
-// scale = 1/(B T) times the micro-batch's share of an accumulated gradient. dz^ may alias logits.
+// m1 += dz*c, m2 += dz*(z - b~), db += dz
+// scale = 1/(B T) times the micro-batch's share of an accumulated gradient. dz may alias logits.
 template <class Act = bf16>
 struct CrossEntropyGradient {
     static constexpr bool kPass = true;
@@ -164,7 +162,8 @@ struct CrossEntropyGradient {
     const int* target = nullptr;
     int vocab = 0;
     float scale = 0.f;
-    FoldGradient<Act> fold;  // of the LM head: LN_f's mu, rstd, c, b~
+    StoreTile<Act> dz;
+    FoldGradient<Act> fold;  // of the LM head: LN_f's c, b~
 
     using Row = typename FoldGradient<Act>::Row;
     using Col = typename FoldGradient<Act>::Col;
@@ -172,21 +171,20 @@ struct CrossEntropyGradient {
     CODA_HD void element(const E& e, Row& row, Col& col) const {
         const float z = logits(e), lse_i = lse(e);
         const float onehot = e.j == e.row_input(target) ? 1.f : 0.f;
-        const float dz = e.j < vocab ? (exp_fast(z - lse_i) - onehot) * scale : 0.f;
-        fold.element(e, dz, z, row, col);
+        fold.element(e, dz.store(e, e.j < vocab ? (exp_fast(z - lse_i) - onehot) * scale : 0.f), z, row, col);
     }
     CODA_HD void write_row(const Row& row, RowSlot s) const { fold.write_row(row, s); }
     CODA_HD void write_col(const Col& col, ColSlot s) const { fold.write_col(col, s); }
 };
 
 // (5) dG GEMM, A = dres, B = Wp^T: GELU backward, then the dz-producer outputs of the fc fold.
-// df = acc * gelu'(f) ; g = gelu(f) ; dz^ = r*df, m1 += df*c, m2 += df*(f - b~), db += df, v += mu*dz^
-// g is re-emitted for the dW_p GEMM so the forward need not keep it; df itself is never stored.
+// df = acc * gelu'(f) ; g = gelu(f) ; m1 += df*c, m2 += df*(f - b~), db += df
+// g is re-emitted for the dW_p GEMM so the forward need not keep it.
 template <class Act = bf16>
 struct GeluBackward {
     LoadTile<Act> f;
-    StoreTile<Act> g;
-    FoldGradient<Act> fold;  // of the fc GEMM: its mu, rstd, c, b~
+    StoreTile<Act> g, df;
+    FoldGradient<Act> fold;  // of the fc GEMM: its c, b~
 
     using Row = typename FoldGradient<Act>::Row;
     using Col = typename FoldGradient<Act>::Col;
@@ -195,15 +193,16 @@ struct GeluBackward {
         const float fv = f(e);
         const GeluValues gv = gelu_values(fv);
         g.store(e, gv.g);
-        fold.element(e, e.acc * gv.grad, fv, row, col);
+        fold.element(e, df.store(e, e.acc * gv.grad), fv, row, col);
     }
     CODA_HD void write_row(const Row& row, RowSlot s) const { fold.write_row(row, s); }
     CODA_HD void write_col(const Col& col, ColSlot s) const { fold.write_col(col, s); }
 };
 
 // (5') The one elementwise pass after attention backward (no GEMM: the engine runs it with
-// acc = 0): the dz-producer outputs of the qkv fold from dqkv and the stored qkv.
-// dz^ = r*dqkv, m1 += dqkv*c, m2 += dqkv*(qkv - b~), db += dqkv, v += mu*dz^
+// acc = 0): the dz-producer outputs of the qkv fold from dqkv and the stored qkv. It writes no
+// tile: both GEMMs of the fold read dqkv itself.
+// m1 += dqkv*c, m2 += dqkv*(qkv - b~), db += dqkv
 template <class Act = bf16>
 struct QkvGradient {
     static constexpr bool kPass = true;
@@ -218,16 +217,18 @@ struct QkvGradient {
     CODA_HD void write_col(const Col& col, ColSlot s) const { fold.write_col(col, s); }
 };
 
-// (6) dX GEMM through a fold, A = dz^, B = W~^T: LayerNorm backward plus the residual gradient.
-// dx = acc - r*m1 - r*xhat*m2 + dres ,  xhat = (x - mu)*r ;  column partials: sum_i dx
+// (6) dX GEMM through a fold, A = dz [M, N] (as its producer stored it), B = W~^T: LayerNorm
+// backward plus the residual gradient, and xhat for the fold's dW GEMM, which runs after this one.
+// xhat = (x - mu)*r ;  dx = r*(acc - m1 - xhat*m2) + dres ;  column partials: sum_i dx
 // m1, m2 are the finalized means (finalize_row_sum with 1/K). The column sums of dx are the bias
 // gradient of the GEMM that produced x (proj / fcproj). dres is null where no gradient passes
-// through (the final LayerNorm); dx_out may alias dres.
+// through (the final LayerNorm). xhat_out may alias x and dx_out dres (each element is read before
+// it is written, by the same thread): backward needs x no more once its xhat is stored.
 template <class Act = bf16>
 struct LnBackwardX : NoRowPartials {
     RowVec mu, rstd, m1, m2;
     LoadTile<Act> x, dres;
-    StoreTile<Act> dx_out;
+    StoreTile<Act> xhat_out, dx_out;
     ColPartials<Sum> bias_grad;
 
     struct Col {
@@ -237,23 +238,25 @@ struct LnBackwardX : NoRowPartials {
     template <class E>
     CODA_HD void element(const E& e, Row&, Col& col) const {
         const float r = rstd(e), xhat = (x(e) - mu(e)) * r;
-        const float dx = e.acc - r * m1(e) - r * xhat * m2(e) + (dres ? dres(e) : 0.f);
+        const float dx = r * (e.acc - m1(e) - xhat * m2(e)) + (dres ? dres(e) : 0.f);
+        xhat_out.store(e, xhat);
         dx_out.store(e, dx);
         col.dx.add(dx);
     }
     CODA_HD void write_col(const Col& col, ColSlot s) const { bias_grad.write(col.dx, s); }
 };
 
-// (7) dW GEMM through a fold, A = x^T, B = dz^ (reduction over tokens); rows k are the K input
-// channels of the folded GEMM, columns j its N outputs; acc_kj = sum_i x_ik dz^_ij.
-// G = acc - v ;  dW (+)= gamma (.)row G + beta (x) db ;  row partials dgamma_k = sum_j W_kj G_kj, dbeta_k = sum_j W_kj db_j
-// (G = xhat^T dz; v and db are the finalized column sums of the dz producer.) w is the unfolded
-// weight (the fp32 master on the CPU; the bf16 copy on the GPU, which every rank holds whole), dw
-// the fp32 gradient; both transposed for the tied LM head (wte is [V, C]).
+// (7) dW GEMM through a fold, A = xhat^T (stored by the fold's LnBackwardX), B = dz (reduction
+// over tokens); rows k are the K input channels of the folded GEMM, columns j its N outputs:
+// acc_kj = sum_i xhat_ik dz_ij = G_kj, and LN(x) = xhat gamma + beta gives
+// dW (+)= gamma (.)row acc + beta (x) db ;  row partials dgamma_k = sum_j W_kj acc_kj, dbeta_k = sum_j W_kj db_j
+// (db is the finalized column sums of the dz producer.) w is the unfolded weight (the fp32 master
+// on the CPU; the bf16 copy on the GPU, which every rank holds whole), dw the fp32 gradient; both
+// transposed for the tied LM head (wte is [V, C]).
 template <class W = float>
 struct LnBackwardW : NoColPartials {
     RowVec gamma, beta;
-    ColVec v, db;
+    ColVec db;
     LoadTile<W> w;
     AccumulateTile<float> dw;
     RowPartials<Sum> dgamma, dbeta;
@@ -264,9 +267,9 @@ struct LnBackwardW : NoColPartials {
     };
     template <class E>
     CODA_HD void element(const E& e, Row& row, Col&) const {
-        const float G = e.acc - v(e), w_kj = w(e), db_j = db(e);
-        dw.add(e, gamma(e) * G + beta(e) * db_j);
-        row.dgamma.add(w_kj, G);
+        const float w_kj = w(e), db_j = db(e);
+        dw.add(e, gamma(e) * e.acc + beta(e) * db_j);
+        row.dgamma.add(w_kj, e.acc);
         row.dbeta.add(w_kj, db_j);
     }
     CODA_HD void write_row(const Row& row, RowSlot s) const { dgamma.write(row.dgamma, s); dbeta.write(row.dbeta, s); }
@@ -318,7 +321,7 @@ CODA_HD inline float row_sum_of(const Sum& s, float scale = 1.f) { return scale 
 CODA_HD inline float finalize_row_sum(const float* partials, int i, int n_tiles, float scale = 1.f) {
     return row_sum_of(merge_row<Sum>(partials, i, n_tiles), scale);
 }
-// Sum over M-tiles of column j (db, v, bias gradients).
+// Sum over M-tiles of column j (db, bias gradients).
 CODA_HD inline float finalize_col_sum(const float* partials, int j, int n_tiles, int n) {
     return merge_col<Sum>(partials, j, n_tiles, n).s;
 }

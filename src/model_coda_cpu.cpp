@@ -7,6 +7,12 @@
 // embedding output, which no GEMM produces. Here a stats pass over the stored embedding
 // (ResidualStats, then the same finalize) provides them; the GPU encoder kernel can write the
 // same Welford partials from its registers.
+//
+// Where the backward departs from the design doc: the dz producers store dz itself, not dz^ = r dz
+// (so the pass after attention writes no tile: both GEMMs of the qkv fold read dqkv); the dX GEMM
+// applies r in its epilogue and also stores xhat = (x - mu) r; the dW GEMM runs after it with
+// A = xhat^T, so that its acc is G = xhat^T dz itself, with no column vector v = sum_i mu dz^ to
+// subtract (the doc's acc - v cancels where |mu| >> sigma). Steps 3/4 and 9/10 swap accordingly.
 #include "model_coda_cpu.hpp"
 
 #include <algorithm>
@@ -58,76 +64,71 @@ void finalize_stats(const std::vector<float>& partials, int M, int tiles_n, floa
 }
 
 // The dz-producer outputs of one folded GEMM's backward: the row partials m1, m2 and column
-// partials db, v that the producer's epilogue writes, and their finalized values (the tiny
+// partials db that the producer's epilogue writes, and their finalized values (the tiny
 // reductions between the producer and the dX / dW GEMMs). M tokens, N outputs, K = C the
-// LayerNorm's width. dz^ itself lives in a buffer of the caller's.
+// LayerNorm's width. dz itself lives in a buffer of the caller's.
 struct FoldGradientBuffers {
     int M, N, K;
     TileShape shape;
-    std::vector<float> m1_partials, m2_partials, db_partials, v_partials;
-    std::vector<float> m1, m2, db, v;
+    std::vector<float> m1_partials, m2_partials, db_partials;
+    std::vector<float> m1, m2, db;
 
     FoldGradientBuffers(int M_, int N_, int K_, const TileShape& s)
         : M(M_), N(N_), K(K_), shape(s), m1_partials((size_t)M * n_tiles(N, s.bn)), m2_partials(m1_partials.size()),
-          db_partials((size_t)n_tiles(M, s.bm) * N), v_partials(db_partials.size()), m1(M), m2(M), db(N), v(N) {}
+          db_partials((size_t)n_tiles(M, s.bm) * N), m1(M), m2(M), db(N) {}
 
-    FoldGradient<float> producer(const float* mu, const float* rstd, const FoldedWeights& fold, float* dz_hat) {
+    FoldGradient<float> producer(const FoldedWeights& fold) {
         FoldGradient<float> p;
-        p.mu = {mu}, p.rstd = {rstd}, p.c = {fold.c.data()}, p.b_folded = {fold.b_folded.data()};
-        p.dz_hat = {dz_hat, {N}};
-        p.m1 = {m1_partials.data()}, p.m2 = {m2_partials.data()};
-        p.db = {db_partials.data()}, p.v = {v_partials.data()};
+        p.c = {fold.c.data()}, p.b_folded = {fold.b_folded.data()};
+        p.m1 = {m1_partials.data()}, p.m2 = {m2_partials.data()}, p.db = {db_partials.data()};
         return p;
     }
-    // m1, m2 as means over the K inputs of the fold; db, v as sums over the M tokens.
+    // m1, m2 as means over the K inputs of the fold; db as sums over the M tokens.
     void finalize() {
         const int tiles_n = n_tiles(N, shape.bn), tiles_m = n_tiles(M, shape.bm);
         for (int i = 0; i < M; i++) {
             m1[i] = finalize_row_sum(m1_partials.data(), i, tiles_n, 1.f / K);
             m2[i] = finalize_row_sum(m2_partials.data(), i, tiles_n, 1.f / K);
         }
-        for (int j = 0; j < N; j++) {
-            db[j] = finalize_col_sum(db_partials.data(), j, tiles_m, N);
-            v[j] = finalize_col_sum(v_partials.data(), j, tiles_m, N);
-        }
+        for (int j = 0; j < N; j++) db[j] = finalize_col_sum(db_partials.data(), j, tiles_m, N);
     }
 };
 
-// The dW GEMM through a fold, A = x^T [C, M], B = dz^ [M, N] (LnBackwardW):
-// dW += gamma G + beta db, then the tiny reduce dgamma += sum_j W G, dbeta += sum_j W db.
-// w and dw are read through w_layout (wte^T for the tied LM head).
-void ln_backward_w(const float* x, const float* dz_hat, const FoldGradientBuffers& grad, const float* gamma,
+// The backward of a folded GEMM after its dz producer, in this order:
+// the dX GEMM, A = dz [M, N], B = W~^T (LnBackwardX): the LayerNorm backward of x plus the
+// pass-through dres (null for LN_f), into dx_out (may alias dres), and xhat into xhat_out; then the
+// tiny reduce of its column partials into bias_grad, the bias of the GEMM that produced x (null:
+// the embedding produced x, and has no bias).
+void ln_backward_x(const float* dz, const FoldedWeights& fold, const FoldGradientBuffers& grad, const float* x,
+                   const float* mu, const float* rstd, const float* dres, float* dx_out, float* xhat_out,
+                   float* bias_grad, const TileShape& shape) {
+    const int M = grad.M, N = grad.N, C = grad.K, tiles_m = n_tiles(M, shape.bm);
+    std::vector<float> bias_partials((size_t)tiles_m * C);
+    LnBackwardX<float> p;
+    p.mu = {mu}, p.rstd = {rstd}, p.m1 = {grad.m1.data()}, p.m2 = {grad.m2.data()};
+    p.x = {x, {C}}, p.dres = {dres, {C}}, p.xhat_out = {xhat_out, {C}}, p.dx_out = {dx_out, {C}};
+    p.bias_grad = {bias_partials.data()};
+    emulate_gemm(p, M, C, N, matrix(dz, N), transposed(fold.w_folded.data(), N), shape);
+    if (bias_grad)
+        for (int j = 0; j < C; j++) bias_grad[j] += finalize_col_sum(bias_partials.data(), j, tiles_m, C);
+}
+// Then the dW GEMM, A = xhat^T [C, M], B = dz [M, N] (LnBackwardW): dW += gamma G + beta db, and
+// the tiny reduce dgamma += sum_j W G, dbeta += sum_j W db. w and dw are read through w_layout
+// (wte^T for the tied LM head).
+void ln_backward_w(const float* xhat, const float* dz, const FoldGradientBuffers& grad, const float* gamma,
                    const float* beta, const float* w, Layout w_layout, float* dw, float* dgamma, float* dbeta,
                    const TileShape& shape) {
     const int C = grad.K, N = grad.N, tiles_n = n_tiles(N, shape.bn);
     std::vector<float> dgamma_partials((size_t)C * tiles_n), dbeta_partials(dgamma_partials.size());
     LnBackwardW<> p;
-    p.gamma = {gamma}, p.beta = {beta}, p.v = {grad.v.data()}, p.db = {grad.db.data()};
+    p.gamma = {gamma}, p.beta = {beta}, p.db = {grad.db.data()};
     p.w = {w, w_layout}, p.dw = {dw, w_layout};
     p.dgamma = {dgamma_partials.data()}, p.dbeta = {dbeta_partials.data()};
-    emulate_gemm(p, C, N, grad.M, transposed(x, C), matrix(dz_hat, N), shape);
+    emulate_gemm(p, C, N, grad.M, transposed(xhat, C), matrix(dz, N), shape);
     for (int k = 0; k < C; k++) {
         dgamma[k] += finalize_row_sum(dgamma_partials.data(), k, tiles_n);
         dbeta[k] += finalize_row_sum(dbeta_partials.data(), k, tiles_n);
     }
-}
-
-// The dX GEMM through a fold, A = dz^ [M, N], B = W~^T (LnBackwardX): the LayerNorm backward of
-// x plus the pass-through dres (null for LN_f), into dx_out (may alias dres). Then the tiny reduce
-// of its column partials into bias_grad, the bias of the GEMM that produced x (null: the
-// embedding produced x, and has no bias).
-void ln_backward_x(const float* dz_hat, const FoldedWeights& fold, const FoldGradientBuffers& grad, const float* x,
-                   const float* mu, const float* rstd, const float* dres, float* dx_out, float* bias_grad,
-                   const TileShape& shape) {
-    const int M = grad.M, N = grad.N, C = grad.K, tiles_m = n_tiles(M, shape.bm);
-    std::vector<float> bias_partials((size_t)tiles_m * C);
-    LnBackwardX<float> p;
-    p.mu = {mu}, p.rstd = {rstd}, p.m1 = {grad.m1.data()}, p.m2 = {grad.m2.data()};
-    p.x = {x, {C}}, p.dres = {dres, {C}}, p.dx_out = {dx_out, {C}};
-    p.bias_grad = {bias_partials.data()};
-    emulate_gemm(p, M, C, N, matrix(dz_hat, N), transposed(fold.w_folded.data(), N), shape);
-    if (bias_grad)
-        for (int j = 0; j < C; j++) bias_grad[j] += finalize_col_sum(bias_partials.data(), j, tiles_m, C);
 }
 
 // Plain GEMMs: out = A B, and dw += A B.
@@ -274,13 +275,13 @@ void GPT2CodaCPU::backward(float grad_scale) {
     const GPT2Params<float> pv = param_view(), gv = grad_view();
     const float* x_final = &residual_[(size_t)L * M * C];
     const float *mu_final = &mu_[(size_t)L * M], *rstd_final = &rstd_[(size_t)L * M];
-    std::vector<float> dres((size_t)M * C), dy((size_t)M * C), g((size_t)M * C4), df_hat((size_t)M * C4),
-        dqkv((size_t)M * C3), dqkv_hat((size_t)M * C3);
+    std::vector<float> dres((size_t)M * C), dy((size_t)M * C), g((size_t)M * C4), df((size_t)M * C4),
+        dqkv((size_t)M * C3), xhat((size_t)M * C);
 
     // Cross-entropy pass: dz = (softmax - onehot) * grad_scale / (B T) from the logits, written in
-    // place as dz^ = r dz, plus the dz-producer partials of the LN_f fold.
+    // place, plus the dz-producer partials of the LN_f fold.
     FoldGradientBuffers lm_grad(M, Vp, C, shape_);
-    float* dz_hat = logits_.data();
+    float* dz = logits_.data();
     {
         CrossEntropyGradient<float> p;
         p.logits = {logits_.data(), {Vp}};
@@ -288,18 +289,18 @@ void GPT2CodaCPU::backward(float grad_scale) {
         p.target = targets_.data();
         p.vocab = V;
         p.scale = grad_scale / M;
-        p.fold = lm_grad.producer(mu_final, rstd_final, lm_head_fold_, dz_hat);
+        p.dz = {dz, {Vp}};
+        p.fold = lm_grad.producer(lm_head_fold_);
         emulate_pass(p, M, Vp, shape_);
         lm_grad.finalize();
     }
+    // LM head dX GEMM: LN_f backward (nothing passes through) -> dres, and LN_f's xhat; its column
+    // partials are the last layer's fcproj bias gradient.
+    ln_backward_x(dz, lm_head_fold_, lm_grad, x_final, mu_final, rstd_final, nullptr, dres.data(), xhat.data(),
+                  layer_params(gv, L - 1, C).fcproj_b, shape_);
     // LM head dW GEMM (LN_f folded, W = wte^T): tied embeddings, so it adds into the wte gradient;
     // its row partials are the LN_f gamma and beta gradients.
-    ln_backward_w(x_final, dz_hat, lm_grad, pv.lnf_w, pv.lnf_b, pv.wte, {C, true}, gv.wte, gv.lnf_w, gv.lnf_b,
-                  shape_);
-    // LM head dX GEMM: LN_f backward (nothing passes through) -> dres; its column partials are the
-    // last layer's fcproj bias gradient.
-    ln_backward_x(dz_hat, lm_head_fold_, lm_grad, x_final, mu_final, rstd_final, nullptr, dres.data(),
-                  layer_params(gv, L - 1, C).fcproj_b, shape_);
+    ln_backward_w(xhat.data(), dz, lm_grad, pv.lnf_w, pv.lnf_b, pv.wte, {C, true}, gv.wte, gv.lnf_w, gv.lnf_b, shape_);
 
     for (int l = L - 1; l >= 0; l--) {
         const LayerParams<float> lp = layer_params(pv, l, C), lg = layer_params(gv, l, C);
@@ -312,21 +313,21 @@ void GPT2CodaCPU::backward(float grad_scale) {
 
         {  // 1. dG GEMM, A = dres, B = Wp^T: df = acc gelu'(f), g = gelu(f) re-emitted, fc fold partials
             GeluBackward<float> p;
-            p.f = {f, {C4}}, p.g = {g.data(), {C4}};
-            p.fold = fc_grad.producer(mu_mid, rstd_mid, fc_fold, df_hat.data());
+            p.f = {f, {C4}}, p.g = {g.data(), {C4}}, p.df = {df.data(), {C4}};
+            p.fold = fc_grad.producer(fc_fold);
             emulate_gemm(p, M, C4, C, matrix(dres.data(), C), transposed(lp.fcproj_w, C), shape_);
             fc_grad.finalize();
         }
+        for (int j = 0; j < C4; j++) lg.fc_b[j] += fc_grad.db[j];  // the fc bias gradient is the producer's db
         // 2. dW_p GEMM, A = g^T, B = dres. (The fcproj bias gradient was taken from the column
         //    partials of the epilogue that produced dres: step 10 above, or the LM head dX GEMM.)
         gemm_accumulate(lg.fcproj_w, C4, C, M, transposed(g.data(), C4), matrix(dres.data(), C), shape_);
-        // 3. dW_fc GEMM, folded (gamma2, beta2); the fc bias gradient is the producer's db
-        ln_backward_w(x_mid, df_hat.data(), fc_grad, lp.ln2_w, lp.ln2_b, lp.fc_w, {C4}, lg.fc_w, lg.ln2_w, lg.ln2_b,
-                      shape_);
-        for (int j = 0; j < C4; j++) lg.fc_b[j] += fc_grad.db[j];
-        // 4. dX GEMM, A = df^, B = W~fc^T: LN2 backward + dres pass-through -> dres' (in place);
+        // 3. dX GEMM, A = df, B = W~fc^T: LN2 backward + dres pass-through -> dres' (in place), and xhat of x';
         //    column partials -> proj bias gradient
-        ln_backward_x(df_hat.data(), fc_fold, fc_grad, x_mid, mu_mid, rstd_mid, dres.data(), dres.data(), lg.proj_b,
+        ln_backward_x(df.data(), fc_fold, fc_grad, x_mid, mu_mid, rstd_mid, dres.data(), dres.data(), xhat.data(),
+                      lg.proj_b, shape_);
+        // 4. dW_fc GEMM, A = xhat^T, B = df, folded (gamma2, beta2)
+        ln_backward_w(xhat.data(), df.data(), fc_grad, lp.ln2_w, lp.ln2_b, lp.fc_w, {C4}, lg.fc_w, lg.ln2_w, lg.ln2_b,
                       shape_);
         // 5. dY GEMM, A = dres', B = Wo^T -> dy
         gemm_store(dy.data(), M, C, C, matrix(dres.data(), C), transposed(lp.proj_w, C), shape_);
@@ -338,19 +339,19 @@ void GPT2CodaCPU::backward(float grad_scale) {
         {  // 8. the one small pass over dqkv, qkv: dz-producer outputs of the qkv fold
             QkvGradient<float> p;
             p.dqkv = {dqkv.data(), {C3}}, p.qkv = {qkv, {C3}};
-            p.fold = qkv_grad.producer(mu, rstd, qkv_fold, dqkv_hat.data());
+            p.fold = qkv_grad.producer(qkv_fold);
             emulate_pass(p, M, C3, shape_);
             qkv_grad.finalize();
         }
-        // 9. dW_qkv GEMM, folded (gamma1, beta1); the qkv bias gradient is the producer's db
-        ln_backward_w(x, dqkv_hat.data(), qkv_grad, lp.ln1_w, lp.ln1_b, lp.qkv_w, {C3}, lg.qkv_w, lg.ln1_w, lg.ln1_b,
-                      shape_);
-        for (int j = 0; j < C3; j++) lg.qkv_b[j] += qkv_grad.db[j];
-        // 10. dX GEMM, A = dq^, B = W~qkv^T: LN1 backward + dres' pass-through -> dres for the layer
-        //     below (in place); column partials -> that layer's fcproj bias gradient
+        for (int j = 0; j < C3; j++) lg.qkv_b[j] += qkv_grad.db[j];  // the qkv bias gradient is the producer's db
+        // 9. dX GEMM, A = dqkv, B = W~qkv^T: LN1 backward + dres' pass-through -> dres for the layer
+        //    below (in place), and xhat of x; column partials -> that layer's fcproj bias gradient
         float* below_fcproj_b = l > 0 ? layer_params(gv, l - 1, C).fcproj_b : nullptr;
-        ln_backward_x(dqkv_hat.data(), qkv_fold, qkv_grad, x, mu, rstd, dres.data(), dres.data(), below_fcproj_b,
-                      shape_);
+        ln_backward_x(dqkv.data(), qkv_fold, qkv_grad, x, mu, rstd, dres.data(), dres.data(), xhat.data(),
+                      below_fcproj_b, shape_);
+        // 10. dW_qkv GEMM, A = xhat^T, B = dqkv, folded (gamma1, beta1)
+        ln_backward_w(xhat.data(), dqkv.data(), qkv_grad, lp.ln1_w, lp.ln1_b, lp.qkv_w, {C3}, lg.qkv_w, lg.ln1_w,
+                      lg.ln1_b, shape_);
     }
     // Embedding backward: its own kernel, adding into the wte gradient beside the LM head's.
     cpu::encoder_backward(gv.wte, gv.wpe, dres.data(), inputs_.data(), B, T, C);

@@ -34,7 +34,7 @@ public:
     // backward() needs (x, qkv, y, x', f and the row statistics of each layer).
     float forward(const int* inputs, const int* targets, int B, int T);
     // Accumulates d(mean loss)/d(params) * grad_scale into grads, in param_layout order. Needs a
-    // forward() before each call; turns the logits into dz^ in place, as the GPU kernel does.
+    // forward() before each call; turns the logits into dz in place, as the GPU kernel does.
     void backward(float grad_scale = 1.f);
     void zero_grad();
 
@@ -66,7 +66,7 @@ private:
     std::vector<float> x_mid_;           // [L, BT, C]  x' = x + attention projection
     std::vector<float> mu_mid_, rstd_mid_;  // [L, BT]
     std::vector<float> f_;               // [L, BT, 4C]  pre-GELU
-    std::vector<float> logits_;          // [BT, Vp]; dz^ after backward
+    std::vector<float> logits_;          // [BT, Vp]; dz (dlogits) after backward
     std::vector<float> lse_;             // [BT]
 };
 

@@ -81,16 +81,16 @@ struct GPT2CodaGPU::Impl {
     // activations kept for backward. residual: x entering layer l, [L+1, M, C] (l = L: entering LN_f)
     bf16 *residual, *qkv, *y, *x_mid, *f;             // [L+1, M, C], [L, M, 3C], [L, M, C] x2, [L or 1, M, 4C]
     float *mu, *rstd, *mu_mid, *rstd_mid, *att_lse;  // [L+1, M], [L+1, M], [L, M], [L, M], [L, B, NH, T]
-    // scratch. g: gelu(f) in forward, re-emitted g then dqkv in backward. dz_hat: df^ or dq^.
-    // logits: LM head output, then dz^ in place. g, dz_hat and dy lie inside the logits' buffer:
+    // scratch. g: gelu(f) in forward, re-emitted g then dqkv in backward. df: the fc fold's dz.
+    // logits: LM head output, then dz in place. g, df and dy lie inside the logits' buffer:
     // the logits live from the LM head GEMM (forward's end) to its dX GEMM (backward's start), when
     // none of the three is in use (450 MiB less on 1.5B).
-    bf16 *g_buf, *dz_hat, *logits, *dres, *dy;
+    bf16 *g_buf, *df, *logits, *dres, *dy;
     float *lse, *losses, *target_logit;
     // epilogue partials and their finalized values
     float *stats_partials, *lse_partials;           // Welford [M, tiles(C), 3]; (max, sum-exp) [M, tiles(Vp), 2]
-    float *m1_partials, *m2_partials, *db_partials, *v_partials;  // [M, tiles(Vp)]; [tiles(M), Vp]
-    float *m1_, *m2_, *db_, *v_;                                  // [M]; [Vp]
+    float *m1_partials, *m2_partials, *db_partials;  // [M, tiles(Vp)]; [tiles(M), Vp]
+    float *m1_, *m2_, *db_;                          // [M]; [Vp]
     float *dgamma_partials, *dbeta_partials, *bias_partials;     // [C, tiles(Vp)]; [tiles(M), C]
     int *inputs, *targets;
     bool backward_ready = false;
@@ -144,7 +144,7 @@ struct GPT2CodaGPU::Impl {
 
         logits = mem.alloc<bf16>(std::max((size_t)M * Vp, 9 * MC));
         g_buf = logits;
-        dz_hat = logits + 4 * MC;
+        df = logits + 4 * MC;
         dy = logits + 8 * MC;
         dres = mem.alloc<bf16>(MC);
         lse = mem.alloc<float>(M);
@@ -156,11 +156,9 @@ struct GPT2CodaGPU::Impl {
         m1_partials = mem.alloc<float>(M * tiles_v);
         m2_partials = mem.alloc<float>(M * tiles_v);
         db_partials = mem.alloc<float>(tiles_m * Vp);
-        v_partials = mem.alloc<float>(tiles_m * Vp);
         m1_ = mem.alloc<float>(M);
         m2_ = mem.alloc<float>(M);
         db_ = mem.alloc<float>(Vp);
-        v_ = mem.alloc<float>(Vp);
         dgamma_partials = mem.alloc<float>(C * tiles_v);
         dbeta_partials = mem.alloc<float>(C * tiles_v);
         bias_partials = mem.alloc<float>(tiles_m * C);
@@ -218,46 +216,47 @@ struct GPT2CodaGPU::Impl {
         coda_row_stats(mu_out, rstd_out, stats_partials, M, n_tiles(cfg.n_embd, s.bn), stream);
     }
 
-    // The dz-producer outputs of a fold with N outputs (FoldGradient): dz^ into out [M, N], and
-    // their finalize; the folded GEMM's bias gradient (null for the LM head, which has none) accumulates db.
-    FoldGradient<bf16> producer(const float* mu_in, const float* rstd_in, const Fold& fold, bf16* out, int N) {
+    // The dz-producer outputs of a fold with N outputs (FoldGradient) and their finalize; the
+    // folded GEMM's bias gradient (null for the LM head, which has none) accumulates db.
+    FoldGradient<bf16> producer(const Fold& fold) {
         FoldGradient<bf16> pr;
-        pr.mu = {mu_in}, pr.rstd = {rstd_in}, pr.c = {fold.c}, pr.b_folded = {fold.b_folded};
-        pr.dz_hat = {out, {N}};
-        pr.m1 = {m1_partials}, pr.m2 = {m2_partials}, pr.db = {db_partials}, pr.v = {v_partials};
+        pr.c = {fold.c}, pr.b_folded = {fold.b_folded};
+        pr.m1 = {m1_partials}, pr.m2 = {m2_partials}, pr.db = {db_partials};
         return pr;
     }
     void finalize_producer(const TileShape& s, int N, float* bias_grad) {
-        coda_fold_gradient_finalize(m1_, m2_, db_, v_, bias_grad, m1_partials, m2_partials, db_partials, v_partials, M, N,
-                                    cfg.n_embd, n_tiles(N, s.bn), n_tiles(M, s.bm), stream);
+        coda_fold_gradient_finalize(m1_, m2_, db_, bias_grad, m1_partials, m2_partials, db_partials, M, N, cfg.n_embd,
+                                    n_tiles(N, s.bn), n_tiles(M, s.bm), stream);
     }
 
-    // The dW GEMM through a fold, A = x^T, B = dz^ [M, N] (LnBackwardW): dW += gamma G + beta db,
-    // then dgamma, dbeta += its row partials. w (bf16) and dw (fp32) are the unfolded weight and its
-    // gradient, read through w_layout (wte^T for the LM head).
-    void ln_backward_w(const bf16* x, const bf16* dzh, int N, const float* gamma, const float* beta, const bf16* w,
-                       Layout w_layout, float* dw, float* dgamma, float* dbeta) {
-        const int C = cfg.n_embd;
-        LnBackwardW<bf16> pr;
-        pr.gamma = {gamma}, pr.beta = {beta}, pr.v = {v_}, pr.db = {db_};
-        pr.w = {w, w_layout}, pr.dw = {dw, w_layout};
-        pr.dgamma = {dgamma_partials}, pr.dbeta = {dbeta_partials};
-        const TileShape s = run(pr, GemmProblem{C, N, M, transposed(x, C), matrix(dzh, N)});
-        coda_accumulate_ln_grads(dgamma, dbeta, dgamma_partials, dbeta_partials, C, n_tiles(N, s.bn), stream);
-    }
-
-    // The dX GEMM through a fold, A = dz^ [M, N], B = W~^T (LnBackwardX): LayerNorm backward of x
-    // plus the pass-through dres (null for LN_f) into dres, in place. Its column partials are the
-    // bias gradient of the GEMM that produced x (null: the embedding did, which has no bias).
-    void ln_backward_x(const bf16* dzh, int N, DeviceOperand w_folded_t, const bf16* x, const float* mu_in,
+    // The backward of a folded GEMM after its dz producer, dz [M, N] as the producer stored it, in
+    // this order. The dX GEMM, A = dz, B = W~^T (LnBackwardX): LayerNorm backward of x plus the
+    // pass-through dres (null for LN_f) into dres, in place, and xhat written over x (backward reads
+    // x no more): the dW GEMM's operand. Its column partials are the bias gradient of the GEMM that
+    // produced x (null: the embedding did, which has no bias).
+    void ln_backward_x(const bf16* dz, int N, DeviceOperand w_folded_t, bf16* x, const float* mu_in,
                        const float* rstd_in, bool pass_through, float* bias_grad) {
         const int C = cfg.n_embd;
         LnBackwardX<bf16> pr;
         pr.mu = {mu_in}, pr.rstd = {rstd_in}, pr.m1 = {m1_}, pr.m2 = {m2_};
-        pr.x = {x, {C}}, pr.dres = {pass_through ? dres : nullptr, {C}}, pr.dx_out = {dres, {C}};
+        pr.x = {x, {C}}, pr.dres = {pass_through ? dres : nullptr, {C}};
+        pr.xhat_out = {x, {C}}, pr.dx_out = {dres, {C}};
         pr.bias_grad = {bias_partials};
-        const TileShape s = run(pr, GemmProblem{M, C, N, matrix(dzh, N), w_folded_t});
+        const TileShape s = run(pr, GemmProblem{M, C, N, matrix(dz, N), w_folded_t});
         if (bias_grad) coda_accumulate_bias_grad(bias_grad, bias_partials, C, n_tiles(M, s.bm), stream);
+    }
+    // Then the dW GEMM, A = xhat^T, B = dz (LnBackwardW): dW += gamma G + beta db, then dgamma,
+    // dbeta += its row partials. w (bf16) and dw (fp32) are the unfolded weight and its gradient,
+    // read through w_layout (wte^T for the LM head).
+    void ln_backward_w(const bf16* xhat, const bf16* dz, int N, const float* gamma, const float* beta, const bf16* w,
+                       Layout w_layout, float* dw, float* dgamma, float* dbeta) {
+        const int C = cfg.n_embd;
+        LnBackwardW<bf16> pr;
+        pr.gamma = {gamma}, pr.beta = {beta}, pr.db = {db_};
+        pr.w = {w, w_layout}, pr.dw = {dw, w_layout};
+        pr.dgamma = {dgamma_partials}, pr.dbeta = {dbeta_partials};
+        const TileShape s = run(pr, GemmProblem{C, N, M, transposed(xhat, C), matrix(dz, N)});
+        coda_accumulate_ln_grads(dgamma, dbeta, dgamma_partials, dbeta_partials, C, n_tiles(N, s.bn), stream);
     }
 
     double forward(const int* in_host, const int* tgt_host, bool backward_next, float scale) {
@@ -342,12 +341,12 @@ struct GPT2CodaGPU::Impl {
         const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, V = cfg.vocab_size;
         const int Vp = cfg.padded_vocab(), C3 = 3 * C, C4 = 4 * C;
         const size_t MC = (size_t)M * C;
-        const bf16* x_final = residual + L * MC;
+        bf16* x_final = residual + L * MC;  // becomes LN_f's xhat
         const float *mu_final = mu + (size_t)L * M, *rstd_final = rstd + (size_t)L * M;
         const Fold lm{lm_folded, lm_c, lm_bf};
 
         // Cross-entropy pass: dz = (softmax - onehot) * grad_scale / (B T) from the logits, written in
-        // place as dz^ = r dz, plus the dz-producer partials of the LN_f fold.
+        // place, plus the dz-producer partials of the LN_f fold.
         {
             CrossEntropyGradient<bf16> pr;
             pr.logits = {logits, {Vp}};
@@ -355,23 +354,24 @@ struct GPT2CodaGPU::Impl {
             pr.target = targets;
             pr.vocab = V;
             pr.scale = grad_scale / M;
-            pr.fold = producer(mu_final, rstd_final, lm, logits, Vp);
+            pr.dz = {logits, {Vp}};
+            pr.fold = producer(lm);
             finalize_producer(pass(pr, Vp), Vp, nullptr);
         }
+        // LM head dX GEMM: LN_f backward (nothing passes through) -> dres, xhat over x_L; its column
+        // partials are the last layer's fcproj bias gradient.
+        ln_backward_x(logits, Vp, matrix(lm_folded, C), x_final, mu_final, rstd_final, false,
+                      layer_params(g, L - 1, C).fcproj_b);
         // LM head dW GEMM (W = wte^T): tied embeddings, so it adds into the wte gradient; its row
         // partials are the LN_f gamma and beta gradients.
         ln_backward_w(x_final, logits, Vp, v32.lnf_w, v32.lnf_b, p.wte, {C, true}, g.wte, g.lnf_w, g.lnf_b);
-        // LM head dX GEMM: LN_f backward (nothing passes through) -> dres; its column partials are
-        // the last layer's fcproj bias gradient.
-        ln_backward_x(logits, Vp, matrix(lm_folded, C), x_final, mu_final, rstd_final, false,
-                      layer_params(g, L - 1, C).fcproj_b);
 
         for (int l = L - 1; l >= 0; l--) {
             const LayerParams<bf16> w = layer_params(p, l, C);
             const LayerParams<float> wv = layer_params(v32, l, C), lg = layer_params(g, l, C);
-            const bf16* x = residual + l * MC;
+            bf16 *x = residual + l * MC, *x_mid_l = x_mid + l * MC;  // each becomes its xhat
             const float *mu_l = mu + (size_t)l * M, *rstd_l = rstd + (size_t)l * M;
-            const bf16 *qkv_l = qkv + l * 3 * MC, *y_l = y + l * MC, *x_mid_l = x_mid + l * MC, *f_l = f_of(l);
+            const bf16 *qkv_l = qkv + l * 3 * MC, *y_l = y + l * MC, *f_l = f_of(l);
             const float *mu_mid_l = mu_mid + (size_t)l * M, *rstd_mid_l = rstd_mid + (size_t)l * M;
             const Fold qf = qkv_fold(l), ff = fc_fold(l);
 
@@ -382,21 +382,22 @@ struct GPT2CodaGPU::Impl {
                 pr.z = {f_of(l), {C4}};
                 run(pr, GemmProblem{M, C4, C, matrix(x_mid_l, C), matrix(ff.w_folded, C4)});
             }
-            {  // 1. dG GEMM, A = dres, B = Wp^T: df = acc gelu'(f), g = gelu(f) re-emitted, fc fold partials
+            {  // 1. dG GEMM, A = dres, B = Wp^T: df = acc gelu'(f), g = gelu(f) re-emitted, fc fold partials;
+               //    the fc bias gradient is the producer's db
                 GeluBackward<bf16> pr;
-                pr.f = {f_l, {C4}}, pr.g = {g_buf, {C4}};
-                pr.fold = producer(mu_mid_l, rstd_mid_l, ff, dz_hat, C4);
+                pr.f = {f_l, {C4}}, pr.g = {g_buf, {C4}}, pr.df = {df, {C4}};
+                pr.fold = producer(ff);
                 finalize_producer(run(pr, GemmProblem{M, C4, C, matrix(dres, C), transposed(w.fcproj_w, C)}), C4,
                                   lg.fc_b);
             }
             // 2. dW_p GEMM, A = g^T, B = dres (cuBLASLt). (The fcproj bias gradient was taken from the
-            //    column partials of the epilogue that produced dres: step 10 above, or the LM head dX GEMM.)
+            //    column partials of the epilogue that produced dres: step 9 above, or the LM head dX GEMM.)
             matmul.backward_weight(lg.fcproj_w, g_buf, dres, M, C4, C, stream);
-            // 3. dW_fc GEMM, folded (gamma2, beta2); the fc bias gradient was the producer's db
-            ln_backward_w(x_mid_l, dz_hat, C4, wv.ln2_w, wv.ln2_b, w.fc_w, {C4}, lg.fc_w, lg.ln2_w, lg.ln2_b);
-            // 4. dX GEMM, A = df^, B = W~fc^T: LN2 backward + dres pass-through -> dres' (in place);
-            //    column partials -> proj bias gradient
-            ln_backward_x(dz_hat, C4, transposed(ff.w_folded, C4), x_mid_l, mu_mid_l, rstd_mid_l, true, lg.proj_b);
+            // 3. dX GEMM, A = df, B = W~fc^T: LN2 backward + dres pass-through -> dres' (in place),
+            //    xhat over x'; column partials -> proj bias gradient
+            ln_backward_x(df, C4, transposed(ff.w_folded, C4), x_mid_l, mu_mid_l, rstd_mid_l, true, lg.proj_b);
+            // 4. dW_fc GEMM, A = xhat^T, B = df, folded (gamma2, beta2)
+            ln_backward_w(x_mid_l, df, C4, wv.ln2_w, wv.ln2_b, w.fc_w, {C4}, lg.fc_w, lg.ln2_w, lg.ln2_b);
             // 5. dY GEMM, A = dres', B = Wo^T -> dy (cuBLASLt)
             matmul.backward_input(dy, dres, w.proj_w, M, C, C, /*accumulate=*/false, stream);
             // 6. dW_o GEMM, A = y^T, B = dres' (cuBLASLt)
@@ -405,19 +406,20 @@ struct GPT2CodaGPU::Impl {
             bf16* const dqkv = g_buf;
             attention.backward(dqkv, dy, qkv_l, y_l, att_lse + (size_t)l * B * NH * T, B, T, NH, HS, stream);
             dump(l, {{"dy", dy, MC}, {"dqkv", dqkv, 3 * MC}}, stream);
-            {  // 8. the one small pass over dqkv, qkv: dz-producer outputs of the qkv fold
+            {  // 8. the one small pass over dqkv, qkv: dz-producer partials of the qkv fold (no tile
+               //    written: both GEMMs read dqkv); the qkv bias gradient is its db
                 QkvGradient<bf16> pr;
                 pr.dqkv = {dqkv, {C3}}, pr.qkv = {qkv_l, {C3}};
-                pr.fold = producer(mu_l, rstd_l, qf, dz_hat, C3);
+                pr.fold = producer(qf);
                 finalize_producer(pass(pr, C3), C3, lg.qkv_b);
             }
-            // 9. dW_qkv GEMM, folded (gamma1, beta1); the qkv bias gradient was the producer's db
-            ln_backward_w(x, dz_hat, C3, wv.ln1_w, wv.ln1_b, w.qkv_w, {C3}, lg.qkv_w, lg.ln1_w, lg.ln1_b);
-            // 10. dX GEMM, A = dq^, B = W~qkv^T: LN1 backward + dres' pass-through -> dres for the
-            //     layer below (in place); column partials -> that layer's fcproj bias gradient
-            ln_backward_x(dz_hat, C3, transposed(qf.w_folded, C3), x, mu_l, rstd_l, true,
+            // 9. dX GEMM, A = dqkv, B = W~qkv^T: LN1 backward + dres' pass-through -> dres for the
+            //    layer below (in place), xhat over x; column partials -> that layer's fcproj bias gradient
+            ln_backward_x(dqkv, C3, transposed(qf.w_folded, C3), x, mu_l, rstd_l, true,
                           l > 0 ? layer_params(g, l - 1, C).fcproj_b : nullptr);
-            // Layer l's gradients are complete: its fcproj bias gradient came from step 10 of layer
+            // 10. dW_qkv GEMM, A = xhat^T, B = dqkv, folded (gamma1, beta1)
+            ln_backward_w(x, dqkv, C3, wv.ln1_w, wv.ln1_b, w.qkv_w, {C3}, lg.qkv_w, lg.ln1_w, lg.ln1_b);
+            // Layer l's gradients are complete: its fcproj bias gradient came from step 9 of layer
             // l+1 (for the last layer, from the LM head dX GEMM), the rest from this iteration.
             state->layer_grads_done(l);
         }

@@ -381,46 +381,37 @@ void check_lm_head_forward(R& run, const Case& c) {
     expect_fp32("loss = lse - z_target", loss, loss_ref, run.tol(K));
 }
 
-// The outputs of a dz producer (FoldGradient) and their check against the definitions of
-// CODA_GPT2.md (K: the width of the folded LayerNorm; dz, z: fp64 values of the gradient and the
-// stored pre-activation).
+// The partials of a dz producer (FoldGradient) and their check against the definitions of
+// CODA_GPT2.md (K: the width of the folded LayerNorm; dz: fp64 values of the gradient as the
+// producer stored it, the operand of both GEMMs of the fold; z: of the stored pre-activation).
 template <class Act = bf16>
 struct FoldGradientBuffers {
     int M, N, tiles_m, tiles_n;
-    std::vector<Act> dz_hat;
-    std::vector<float> m1, m2, db, v;
+    std::vector<float> m1, m2, db;
     FoldGradientBuffers(int M_, int N_, const TileShape& s)
-        : M(M_), N(N_), tiles_m(n_tiles(M_, s.bm)), tiles_n(n_tiles(N_, s.bn)), dz_hat(nan_filled<Act>((size_t)M * N)),
-          m1(partials(M, tiles_n, 1)), m2(m1), db(partials(tiles_m, N, 1)), v(db) {}
+        : M(M_), N(N_), tiles_m(n_tiles(M_, s.bm)), tiles_n(n_tiles(N_, s.bn)), m1(partials(M, tiles_n, 1)), m2(m1),
+          db(partials(tiles_m, N, 1)) {}
     template <class R>
-    FoldGradient<Act> program(R& run, const Residual& x, const FoldedLinear& lin) {
+    FoldGradient<Act> program(R& run, const FoldedLinear& lin) {
         FoldGradient<Act> f;
-        f.mu = {run.at(x.mu)}, f.rstd = {run.at(x.rstd)}, f.c = {run.at(lin.c)}, f.b_folded = {run.at(lin.b_folded)};
-        f.dz_hat = {run.at(dz_hat), {N}};
-        f.m1 = {run.at(m1)}, f.m2 = {run.at(m2)}, f.db = {run.at(db)}, f.v = {run.at(v)};
+        f.c = {run.at(lin.c)}, f.b_folded = {run.at(lin.b_folded)};
+        f.m1 = {run.at(m1)}, f.m2 = {run.at(m2)}, f.db = {run.at(db)};
         return f;
     }
-    void check(const std::string& who, const Vec& dz, const Vec& z, const Residual& x, const FoldedLinear& lin,
-               double tol) const {
+    void check(const std::string& who, const Vec& dz, const Vec& z, const FoldedLinear& lin, double tol) const {
         const int K = lin.K;
-        const Vec dzh = to_double(dz_hat);
-        Vec dzh_ref(dz.size()), m1_ref(M, 0.0), m2_ref(M, 0.0), m1_mag(M, 0.0), m2_mag(M, 0.0), db_ref(N, 0.0), v_ref(N, 0.0),
-            db_mag(N, 0.0), v_mag(N, 0.0);
+        Vec m1_ref(M, 0.0), m2_ref(M, 0.0), m1_mag(M, 0.0), m2_mag(M, 0.0), db_ref(N, 0.0), db_mag(N, 0.0);
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) {
                 const size_t ij = (size_t)i * N + j;
-                dzh_ref[ij] = x.stats.rstd[i] * dz[ij];
                 m1_ref[i] += dz[ij] * lin.c[j] / K, m1_mag[i] += std::fabs(dz[ij] * lin.c[j]) / K;
                 m2_ref[i] += dz[ij] * (z[ij] - lin.b_folded[j]) / K;
                 m2_mag[i] += std::fabs(dz[ij] * (z[ij] - lin.b_folded[j])) / K;
                 db_ref[j] += dz[ij], db_mag[j] += std::fabs(dz[ij]);
-                v_ref[j] += x.stats.mu[i] * dzh[ij], v_mag[j] += std::fabs(x.stats.mu[i] * dzh[ij]);
             }
-        expect_rounded(who + ": dz^ = r dz", dz_hat, dzh_ref, tol);
         expect_sum(who + ": m1 = mean_j dz c", row_sums(m1, M, tiles_n, 1.0 / K), m1_ref, m1_mag, tol);
         expect_sum(who + ": m2 = mean_j dz (z - b~)", row_sums(m2, M, tiles_n, 1.0 / K), m2_ref, m2_mag, tol);
         expect_sum(who + ": db = sum_i dz", col_sums(db, N, tiles_m), db_ref, db_mag, tol);
-        expect_sum(who + ": v = sum_i mu dz^", col_sums(v, N, tiles_m), v_ref, v_mag, tol);
     }
 };
 
@@ -429,49 +420,47 @@ template <class R>
 void check_gelu_backward(R& run, const Case& c) {
     const int M = c.M, K = c.K, N = c.N;
     Rng rng(14);
-    const Residual x(rng, M, K);  // x' and its statistics, for the fc fold
     const FoldedLinear fc(rng, K, N);
     const std::vector<bf16> dres = random_act<bf16>(rng, (size_t)M * K), wp = random_act<bf16>(rng, (size_t)N * K, 1 / std::sqrt(N));
     const std::vector<bf16> f = random_act<bf16>(rng, (size_t)M * N, 1.5);
-    std::vector<bf16> g = nan_filled<bf16>((size_t)M * N);
+    std::vector<bf16> g = nan_filled<bf16>((size_t)M * N), df = g;
     const HostGemm gemm{M, N, K, &dres, {K}, &wp, {K, true}};
     FoldGradientBuffers<> out(M, N, run.template shape<GeluBackward<>>(gemm));
     GeluBackward<> p;
     p.f = {run.at(f), {N}};
-    p.g = {run.at(g), {N}};
-    p.fold = out.program(run, x, fc);
+    p.g = {run.at(g), {N}}, p.df = {run.at(df), {N}};
+    p.fold = out.program(run, fc);
     run.run(p, gemm);
 
     const Vec f64 = to_double(f);
-    Vec df = matmul(to_double(dres), to_double(wp), M, K, N, false, true), g_ref(f64.size());
-    for (size_t e = 0; e < df.size(); e++) df[e] *= dgelu64(f64[e]), g_ref[e] = gelu64(f64[e]);
+    Vec df_ref = matmul(to_double(dres), to_double(wp), M, K, N, false, true), g_ref(f64.size());
+    for (size_t e = 0; e < df_ref.size(); e++) df_ref[e] *= dgelu64(f64[e]), g_ref[e] = gelu64(f64[e]);
     expect_rounded("g = gelu(f)", g, g_ref, run.tol(K));
-    out.check("df = (dres Wp^T) gelu'(f)", df, f64, x, fc, run.tol(K));
+    expect_rounded("df = (dres Wp^T) gelu'(f)", df, df_ref, run.tol(K));
+    out.check("df", to_double(df), f64, fc, run.tol(K));
 }
 
-// The pass after attention backward (K = 0): dz-producer outputs from dqkv and qkv.
+// The pass after attention backward (K = 0): dz-producer partials from dqkv and qkv.
 template <class R>
 void check_qkv_gradient(R& run, const Case& c) {
     const int M = c.M, K = c.K, N = c.N;
     Rng rng(15);
-    const Residual x(rng, M, K);
     const FoldedLinear qkv_lin(rng, K, N);
     const std::vector<bf16> dqkv = random_act<bf16>(rng, (size_t)M * N), qkv = random_act<bf16>(rng, (size_t)M * N);
     const HostGemm pass{M, N, 0};
     FoldGradientBuffers<> out(M, N, run.template shape<QkvGradient<>>(pass));
     QkvGradient<> p;
     p.dqkv = {run.at(dqkv), {N}}, p.qkv = {run.at(qkv), {N}};
-    p.fold = out.program(run, x, qkv_lin);
+    p.fold = out.program(run, qkv_lin);
     run.run(p, pass);
-    out.check("dqkv pass", to_double(dqkv), to_double(qkv), x, qkv_lin, run.tol(0));
+    out.check("dqkv pass", to_double(dqkv), to_double(qkv), qkv_lin, run.tol(0));
 }
 
-// The cross-entropy pass over stored logits (K = 0; dz^ written in place of the logits).
+// The cross-entropy pass over stored logits (K = 0; dz written in place of the logits).
 template <class R>
 void check_cross_entropy_gradient(R& run, const Case& c) {
     const int M = c.M, K = c.K, N = c.N, vocab = N - 5;  // the last 5 columns are padding
     Rng rng(19);
-    const Residual x(rng, M, K);  // LN_f's input and statistics
     const FoldedLinear lm_head(rng, K, N);
     std::vector<bf16> logits = random_act<bf16>(rng, (size_t)M * N, 2.0);
     const Vec z = to_double(logits);
@@ -492,87 +481,94 @@ void check_cross_entropy_gradient(R& run, const Case& c) {
     p.target = run.at(std::as_const(target));
     p.vocab = vocab;
     p.scale = scale;
-    p.fold = out.program(run, x, lm_head);
-    p.fold.dz_hat = {run.at(logits), {N}};  // in place: each element is read before it is written
+    p.dz = {run.at(logits), {N}};  // in place: each element is read before it is written
+    p.fold = out.program(run, lm_head);
     run.run(p, pass);
-    out.dz_hat = logits;
 
     Vec dz(z.size(), 0.0);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < vocab; j++)
             dz[(size_t)i * N + j] = (std::exp(z[(size_t)i * N + j] - lse[i]) - (j == target[i] ? 1.0 : 0.0)) * scale;
-    out.check("dlogits = (softmax - onehot) / BT", dz, z, x, lm_head, run.tol(0));
+    expect_rounded("dlogits = (softmax - onehot) / BT", logits, dz, run.tol(0));
+    out.check("dlogits", to_double(logits), z, lm_head, run.tol(0));
 }
 
-// dX GEMM: A = dz^ [M, N], B = W~^T (W~ is [K, N]); output [M, K].
+// dX GEMM: A = dz [M, N], B = W~^T (W~ is [K, N]); output [M, K], and xhat [M, K]. Without the
+// pass-through, xhat is written over x (in place, as the trainer does).
 template <class R>
 void check_ln_backward_x(R& run, const Case& c) {
     const int M = c.M, K = c.K, N = c.N;
     Rng rng(16);
     const Residual x(rng, M, K);
     const FoldedLinear lin(rng, K, N);
-    const std::vector<bf16> dz_hat = random_act<bf16>(rng, (size_t)M * N), dres = random_act<bf16>(rng, (size_t)M * K);
+    const std::vector<bf16> dz = random_act<bf16>(rng, (size_t)M * N), dres = random_act<bf16>(rng, (size_t)M * K);
     const std::vector<float> m1 = random_floats(rng, M, 0.1), m2 = random_floats(rng, M, 0.1);
-    const HostGemm gemm{M, K, N, &dz_hat, {N}, &lin.w_folded, {N, true}};
+    const HostGemm gemm{M, K, N, &dz, {N}, &lin.w_folded, {N, true}};
     const int tiles_m = n_tiles(M, run.template shape<LnBackwardX<>>(gemm).bm);
+    const Vec acc = matmul(to_double(dz), to_double(lin.w_folded), M, N, K, false, true), xv = to_double(x.x),
+              dr = to_double(dres);
     for (const bool pass_through : {true, false}) {
-        std::vector<bf16> dx = nan_filled<bf16>((size_t)M * K);
+        std::vector<bf16> dx = nan_filled<bf16>((size_t)M * K), x_in_place = x.x;
+        std::vector<bf16> xhat = pass_through ? nan_filled<bf16>((size_t)M * K) : std::vector<bf16>{};
         std::vector<float> bias_grad = partials(tiles_m, K, 1);
         LnBackwardX<> p;
         p.mu = {run.at(x.mu)}, p.rstd = {run.at(x.rstd)}, p.m1 = {run.at(m1)}, p.m2 = {run.at(m2)};
-        p.x = {run.at(x.x), {K}};
-        if (pass_through) p.dres = {run.at(dres), {K}};
+        if (pass_through) {
+            p.x = {run.at(x.x), {K}}, p.xhat_out = {run.at(xhat), {K}};
+            p.dres = {run.at(dres), {K}};
+        } else {
+            p.x = {run.at(std::as_const(x_in_place)), {K}}, p.xhat_out = {run.at(x_in_place), {K}};
+        }
         p.dx_out = {run.at(dx), {K}};
         p.bias_grad = {run.at(bias_grad)};
         run.run(p, gemm);
 
-        const Vec acc = matmul(to_double(dz_hat), to_double(lin.w_folded), M, N, K, false, true), xv = to_double(x.x),
-                  dr = to_double(dres);
-        Vec ref(acc.size()), db(K, 0.0), db_mag(K, 0.0);
+        Vec ref(acc.size()), xhat_ref(acc.size()), db(K, 0.0), db_mag(K, 0.0);
         for (int i = 0; i < M; i++)
             for (int k = 0; k < K; k++) {
                 const size_t ik = (size_t)i * K + k;
-                const double r = x.stats.rstd[i], xhat = (xv[ik] - x.stats.mu[i]) * r;
-                ref[ik] = acc[ik] - r * m1[i] - r * xhat * m2[i] + (pass_through ? dr[ik] : 0.0);
+                const double r = x.stats.rstd[i];
+                xhat_ref[ik] = (xv[ik] - x.stats.mu[i]) * r;
+                ref[ik] = r * (acc[ik] - m1[i] - xhat_ref[ik] * m2[i]) + (pass_through ? dr[ik] : 0.0);
                 db[k] += ref[ik], db_mag[k] += std::fabs(ref[ik]);
             }
-        const std::string tag = pass_through ? " + dres" : "";
-        expect_rounded("dx = acc - r m1 - r xhat m2" + tag, dx, ref, run.tol(N));
+        const std::string tag = pass_through ? " + dres" : ", xhat in place";
+        expect_rounded("dx = r (acc - m1 - xhat m2)" + tag, dx, ref, run.tol(N));
+        expect_rounded(pass_through ? "xhat = (x - mu) r" : "xhat = (x - mu) r, over x", pass_through ? xhat : x_in_place,
+                       xhat_ref, run.tol(0));
         expect_sum("bias grad = sum_i dx" + tag, col_sums(bias_grad, K, tiles_m), db, db_mag, run.tol(N));
     }
 }
 
-// dW GEMM: A = x^T (x is [T, K] tokens x channels), B = dz^ [T, N]; output [K, N] accumulated.
+// dW GEMM: A = xhat^T (xhat is [T, K] tokens x channels), B = dz [T, N]; output [K, N] accumulated.
 // Here the GEMM's M is the channel count K of the case and its reduction the token count M.
 // W: the type of the unfolded weight the program reads (fp32 master on the CPU, bf16 on the GPU).
 template <class W = float, class R>
 void check_ln_backward_w(R& run, const Case& c) {
     const int T = c.M, K = c.K, N = c.N;
     Rng rng(17);
-    const Residual x(rng, T, K);
-    const std::vector<bf16> dz_hat = random_act<bf16>(rng, (size_t)T * N, 0.1);
+    const std::vector<bf16> xhat = random_act<bf16>(rng, (size_t)T * K), dz = random_act<bf16>(rng, (size_t)T * N, 0.1);
     const std::vector<float> gamma = random_floats(rng, K, 0.1, 1.0), beta = random_floats(rng, K, 0.1),
-                             v = random_floats(rng, N), db = random_floats(rng, N, 0.1);
+                             db = random_floats(rng, N, 0.1);
     const std::vector<W> w = to_act<W>(to_double(random_floats(rng, (size_t)K * N, 1 / std::sqrt(K))));
-    const HostGemm gemm{K, N, T, &x.x, {K, true}, &dz_hat, {N}};
+    const HostGemm gemm{K, N, T, &xhat, {K, true}, &dz, {N}};
     const int tiles_n = n_tiles(N, run.template shape<LnBackwardW<W>>(gemm).bn);
     std::vector<float> dw = random_floats(rng, (size_t)K * N, 0.01), dgamma = partials(K, tiles_n, 1), dbeta = dgamma;
     const Vec dw_before = to_double(dw);
     LnBackwardW<W> p;
-    p.gamma = {run.at(gamma)}, p.beta = {run.at(beta)}, p.v = {run.at(v)}, p.db = {run.at(db)};
+    p.gamma = {run.at(gamma)}, p.beta = {run.at(beta)}, p.db = {run.at(db)};
     p.w = {run.at(w), {N}};
     p.dw = {run.at(dw), {N}};
     p.dgamma = {run.at(dgamma)}, p.dbeta = {run.at(dbeta)};
     run.run(p, gemm);
 
-    const Vec acc = matmul(to_double(x.x), to_double(dz_hat), K, T, N, true), w64 = to_double(w);
-    Vec dw_ref(acc.size()), dg(K, 0.0), db_ref(K, 0.0), dg_mag(K, 0.0), db_mag(K, 0.0);
+    const Vec G = matmul(to_double(xhat), to_double(dz), K, T, N, true), w64 = to_double(w);
+    Vec dw_ref(G.size()), dg(K, 0.0), db_ref(K, 0.0), dg_mag(K, 0.0), db_mag(K, 0.0);
     for (int k = 0; k < K; k++)
         for (int j = 0; j < N; j++) {
             const size_t kj = (size_t)k * N + j;
-            const double G = acc[kj] - v[j];
-            dw_ref[kj] = dw_before[kj] + gamma[k] * G + (double)beta[k] * db[j];
-            dg[k] += w64[kj] * G, dg_mag[k] += std::fabs(w64[kj] * G);
+            dw_ref[kj] = dw_before[kj] + gamma[k] * G[kj] + (double)beta[k] * db[j];
+            dg[k] += w64[kj] * G[kj], dg_mag[k] += std::fabs(w64[kj] * G[kj]);
             db_ref[k] += w64[kj] * db[j], db_mag[k] += std::fabs(w64[kj] * db[j]);
         }
     expect_fp32("dW += gamma G + beta db", to_double(dw), dw_ref, run.tol(T));

@@ -471,27 +471,25 @@ struct Fold {
     }
 };
 
-// Buffers of one folded GEMM's backward: dz^ and the dz-producer partials, then their finals.
+// Buffers of one folded GEMM's backward: the dz-producer partials, then their finals.
 template <class Act>
 struct FoldBackward {
     int M, N, K;
     TileShape shape;
-    std::vector<Act> dz_hat;
-    std::vector<float> m1p, m2p, dbp, vp, m1, m2, db, v;
+    std::vector<float> m1p, m2p, dbp, m1, m2, db;
     FoldBackward(int M_, int N_, int K_, const TileShape& s)
-        : M(M_), N(N_), K(K_), shape(s), dz_hat((size_t)M * N), m1p((size_t)M * n_tiles(N, s.bn)), m2p(m1p.size()),
-          dbp((size_t)n_tiles(M, s.bm) * N), vp(dbp.size()) {}
-    FoldGradient<Act> producer(const std::vector<float>& mu, const std::vector<float>& rstd, const Fold<Act>& fold) {
+        : M(M_), N(N_), K(K_), shape(s), m1p((size_t)M * n_tiles(N, s.bn)), m2p(m1p.size()),
+          dbp((size_t)n_tiles(M, s.bm) * N) {}
+    FoldGradient<Act> producer(const Fold<Act>& fold) {
         FoldGradient<Act> p;
-        p.mu = {mu.data()}, p.rstd = {rstd.data()}, p.c = {fold.c.data()}, p.b_folded = {fold.b.data()};
-        p.dz_hat = {dz_hat.data(), {N}};
-        p.m1 = {m1p.data()}, p.m2 = {m2p.data()}, p.db = {dbp.data()}, p.v = {vp.data()};
+        p.c = {fold.c.data()}, p.b_folded = {fold.b.data()};
+        p.m1 = {m1p.data()}, p.m2 = {m2p.data()}, p.db = {dbp.data()};
         return p;
     }
     void finalize() {  // the tiny reduction kernels between the producer and the dX / dW GEMMs
         m1 = to_floats(row_sums(m1p, M, n_tiles(N, shape.bn), 1.0 / K));
         m2 = to_floats(row_sums(m2p, M, n_tiles(N, shape.bn), 1.0 / K));
-        db = to_floats(col_sums(dbp, N, n_tiles(M, shape.bm))), v = to_floats(col_sums(vp, N, n_tiles(M, shape.bm)));
+        db = to_floats(col_sums(dbp, N, n_tiles(M, shape.bm)));
     }
 };
 
@@ -557,53 +555,58 @@ LayerResult coda_layer(const Layer& L, const TileShape& shape) {
     // ---- backward
     const std::vector<Act> dres2 = to_act<Act>(L.dx2);
     FoldBackward<Act> fc_grad(M, H, C, shape), qkv_grad(M, C3, C, shape);
+    std::vector<Act> df(f.size());
     {
         GeluBackward<Act> p;  // 1. dG
-        p.f = {f.data(), {H}}, p.g = {g.data(), {H}};
-        p.fold = fc_grad.producer(mu2, r2, ff);
+        p.f = {f.data(), {H}}, p.g = {g.data(), {H}}, p.df = {df.data(), {H}};
+        p.fold = fc_grad.producer(ff);
         emulate_gemm(p, M, H, C, op(dres2, C), op(wp, C, true), shape);
         fc_grad.finalize();
     }
     r.dwp = to_double(gemm_accumulate(H, C, M, op(g, H, true), op(dres2, C)));  // 2. dW_p
     r.dbfc = to_double(fc_grad.db);
-    auto ln_backward_w = [&](const std::vector<Act>& x, const FoldBackward<Act>& fg, const std::vector<float>& gamma,
-                             const std::vector<float>& beta, const std::vector<float>& w, Vec& dw, Vec& dgamma, Vec& dbeta) {
-        const int N = fg.N, tiles_n = n_tiles(N, shape.bn);
-        std::vector<float> dwf((size_t)C * N, 0.f), dgp((size_t)C * tiles_n), dbp(dgp.size());
-        LnBackwardW<> p;
-        p.gamma = {gamma.data()}, p.beta = {beta.data()}, p.v = {fg.v.data()}, p.db = {fg.db.data()};
-        p.w = {w.data(), {N}}, p.dw = {dwf.data(), {N}}, p.dgamma = {dgp.data()}, p.dbeta = {dbp.data()};
-        emulate_gemm(p, C, N, M, op(x, C, true), op(fg.dz_hat, N), shape);
-        dw = to_double(dwf), dgamma = row_sums(dgp, C, tiles_n), dbeta = row_sums(dbp, C, tiles_n);
-    };
-    auto ln_backward_x = [&](const FoldBackward<Act>& fg, const Fold<Act>& fold, const std::vector<Act>& x,
-                             const std::vector<float>& mu, const std::vector<float>& rstd, const std::vector<Act>& dres,
-                             Vec* bias_grad) {
+    // dX through a fold: dx, and xhat for the dW GEMM after it
+    auto ln_backward_x = [&](const std::vector<Act>& dz, const FoldBackward<Act>& fg, const Fold<Act>& fold,
+                             const std::vector<Act>& x, const std::vector<float>& mu, const std::vector<float>& rstd,
+                             const std::vector<Act>& dres, std::vector<Act>& xhat, Vec* bias_grad) {
         const int N = fg.N;
         std::vector<Act> dx((size_t)M * C);
         std::vector<float> bgp((size_t)n_tiles(M, shape.bm) * C);
         LnBackwardX<Act> p;
         p.mu = {mu.data()}, p.rstd = {rstd.data()}, p.m1 = {fg.m1.data()}, p.m2 = {fg.m2.data()};
-        p.x = {x.data(), {C}}, p.dres = {dres.data(), {C}}, p.dx_out = {dx.data(), {C}}, p.bias_grad = {bgp.data()};
-        emulate_gemm(p, M, C, N, op(fg.dz_hat, N), op(fold.w, N, true), shape);
+        p.x = {x.data(), {C}}, p.dres = {dres.data(), {C}}, p.xhat_out = {xhat.data(), {C}}, p.dx_out = {dx.data(), {C}};
+        p.bias_grad = {bgp.data()};
+        emulate_gemm(p, M, C, N, op(dz, N), op(fold.w, N, true), shape);
         if (bias_grad) *bias_grad = col_sums(bgp, C, n_tiles(M, shape.bm));
         return dx;
     };
-    ln_backward_w(x1, fc_grad, g2, b2, wfc, r.dwfc, r.dg2, r.db2);                      // 3. dW_fc
-    const std::vector<Act> dres1 = ln_backward_x(fc_grad, ff, x1, mu2, r2, dres2, &r.dbo);  // 4. dX
-    const std::vector<Act> dy = gemm_store(M, C, C, op(dres1, C), op(wo, C, true));         // 5. dY
-    r.dwo = to_double(gemm_accumulate(C, C, M, op(y, C, true), op(dres1, C)));              // 6. dW_o
-    const std::vector<Act> dqkv = gemm_store(M, C3, C, op(dy, C), op(att, C, true));        // 7. attention backward
+    auto ln_backward_w = [&](const std::vector<Act>& xhat, const std::vector<Act>& dz, const FoldBackward<Act>& fg,
+                             const std::vector<float>& gamma, const std::vector<float>& beta, const std::vector<float>& w,
+                             Vec& dw, Vec& dgamma, Vec& dbeta) {
+        const int N = fg.N, tiles_n = n_tiles(N, shape.bn);
+        std::vector<float> dwf((size_t)C * N, 0.f), dgp((size_t)C * tiles_n), dbp(dgp.size());
+        LnBackwardW<> p;
+        p.gamma = {gamma.data()}, p.beta = {beta.data()}, p.db = {fg.db.data()};
+        p.w = {w.data(), {N}}, p.dw = {dwf.data(), {N}}, p.dgamma = {dgp.data()}, p.dbeta = {dbp.data()};
+        emulate_gemm(p, C, N, M, op(xhat, C, true), op(dz, N), shape);
+        dw = to_double(dwf), dgamma = row_sums(dgp, C, tiles_n), dbeta = row_sums(dbp, C, tiles_n);
+    };
+    std::vector<Act> xhat((size_t)M * C);
+    const std::vector<Act> dres1 = ln_backward_x(df, fc_grad, ff, x1, mu2, r2, dres2, xhat, &r.dbo);  // 3. dX
+    ln_backward_w(xhat, df, fc_grad, g2, b2, wfc, r.dwfc, r.dg2, r.db2);                               // 4. dW_fc
+    const std::vector<Act> dy = gemm_store(M, C, C, op(dres1, C), op(wo, C, true));                    // 5. dY
+    r.dwo = to_double(gemm_accumulate(C, C, M, op(y, C, true), op(dres1, C)));                         // 6. dW_o
+    const std::vector<Act> dqkv = gemm_store(M, C3, C, op(dy, C), op(att, C, true));                   // 7. attention backward
     {
         QkvGradient<Act> p;  // 8. the dqkv pass
         p.dqkv = {dqkv.data(), {C3}}, p.qkv = {qkv.data(), {C3}};
-        p.fold = qkv_grad.producer(mu1, r1, fq);
+        p.fold = qkv_grad.producer(fq);
         emulate_pass(p, M, C3, shape);
         qkv_grad.finalize();
     }
     r.dbqkv = to_double(qkv_grad.db);
-    ln_backward_w(x0, qkv_grad, g1, b1, wqkv, r.dwqkv, r.dg1, r.db1);                     // 9. dW_qkv
-    r.dx0 = to_double(ln_backward_x(qkv_grad, fq, x0, mu1, r1, dres1, nullptr));           // 10. dX
+    r.dx0 = to_double(ln_backward_x(dqkv, qkv_grad, fq, x0, mu1, r1, dres1, xhat, nullptr));  // 9. dX
+    ln_backward_w(xhat, dqkv, qkv_grad, g1, b1, wqkv, r.dwqkv, r.dg1, r.db1);                  // 10. dW_qkv
     return r;
 }
 

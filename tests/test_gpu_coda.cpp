@@ -185,8 +185,7 @@ TEST(CodaFinalize, RowKernelsMergeInTheHostOrder) {
         dgamma.upload(ones), dbeta.upload(ones);
         coda_row_stats(mu, rstd, d_welford, M, n_tiles, 0);
         coda_token_loss(lse_out, loss, d_lse, d_target, M, n_tiles, 0);
-        coda_fold_gradient_finalize(m1, m2, nullptr, nullptr, nullptr, d_sums, d_sums, nullptr, nullptr, M, 0, K,
-                                    n_tiles, 0, 0);
+        coda_fold_gradient_finalize(m1, m2, nullptr, nullptr, d_sums, d_sums, nullptr, M, 0, K, n_tiles, 0, 0);
         coda_accumulate_ln_grads(dgamma, dbeta, d_sums, d_sums, M, n_tiles, 0);
         CUDA_CHECK(cudaDeviceSynchronize());
         const auto h_mu = mu.download(), h_rstd = rstd.download(), h_lse = lse_out.download(), h_loss = loss.download();

@@ -205,13 +205,12 @@ Buffers fused_outputs(R& run, const Case& c) {
 
     const HostGemm dg{M, N, K, &dres, {K}, &wp, {K, true}};
     FoldGradientBuffers<Act> fold(M, N, run.template shape<GeluBackward<Act>>(dg));
-    std::vector<Act> g = nan_filled<Act>((size_t)M * N);
+    std::vector<Act> g = nan_filled<Act>((size_t)M * N), df = g;
     GeluBackward<Act> gelu_backward;
-    gelu_backward.f = {run.at(f), {N}}, gelu_backward.g = {run.at(g), {N}};
-    gelu_backward.fold = fold.program(run, x, lin);
+    gelu_backward.f = {run.at(f), {N}}, gelu_backward.g = {run.at(g), {N}}, gelu_backward.df = {run.at(df), {N}};
+    gelu_backward.fold = fold.program(run, lin);
     run.run(gelu_backward, dg);
-    out.insert(out.end(), {{"g", floats(g)}, {"dz^", floats(fold.dz_hat)}, {"m1", fold.m1}, {"m2", fold.m2},
-                           {"db", fold.db}, {"v", fold.v}});
+    out.insert(out.end(), {{"g", floats(g)}, {"df", floats(df)}, {"m1", fold.m1}, {"m2", fold.m2}, {"db", fold.db}});
 
     const HostGemm proj{M, N, K, &x.x, {K}, &lin.w_folded, {N}};
     std::vector<Act> x_out = nan_filled<Act>((size_t)M * N);
@@ -329,7 +328,6 @@ TEST(GpuPass, ReadsUnalignedAndTransposedTilesAsAlignedOnes) {
     REQUIRE_GPU();
     const int M = 136, K = 72, N = 200;  // a partial tile in both dimensions, a chunk of 8 columns
     Rng rng(50);
-    const Residual x(rng, M, K);
     const FoldedLinear lin(rng, K, N);
     const std::vector<bf16> dqkv = random_act<bf16>(rng, (size_t)M * N), qkv = random_act<bf16>(rng, (size_t)M * N);
     std::vector<bf16> dqkv_off(1 + (size_t)M * N), qkv_t((size_t)N * M);
@@ -343,15 +341,15 @@ TEST(GpuPass, ReadsUnalignedAndTransposedTilesAsAlignedOnes) {
         QkvGradient<> p;
         p.dqkv = unaligned ? LoadTile<bf16>{run.at(std::as_const(dqkv_off)) + 1, {N}} : LoadTile<bf16>{run.at(dqkv), {N}};
         p.qkv = transposed ? LoadTile<bf16>{run.at(qkv_t), {M, true}} : LoadTile<bf16>{run.at(qkv), {N}};
-        p.fold = out.program(run, x, lin);
+        p.fold = out.program(run, lin);
         run.run(p, pass);
-        return Buffers{{"dz^", floats(out.dz_hat)}, {"m1", out.m1}, {"m2", out.m2}, {"db", out.db}, {"v", out.v}};
+        return Buffers{{"m1", out.m1}, {"m2", out.m2}, {"db", out.db}};
     };
     const Buffers aligned = outputs(false, false);
     for (const auto& [unaligned, transposed] : {std::pair{true, false}, {false, true}})
         expect_same_bits(outputs(unaligned, transposed), aligned, unaligned ? "with dqkv unaligned" : "with qkv transposed");
     // The aligned run's values are checked against fp64 by GpuPrograms.QkvGradient.
-    EXPECT_EQ(non_finite(aligned[0].second), 0u) << "dz^ elements left unwritten (NaN)";
+    EXPECT_EQ(non_finite(aligned[0].second), 0u) << "m1 partials left unwritten (NaN)";
 }
 
 // A GEMM's epilogue reads and writes its tiles a whole segment (16 bytes) at a time where their
@@ -362,7 +360,6 @@ TEST(GpuEpilogue, AccessesUnalignedAndTransposedTilesAsAlignedOnes) {
     REQUIRE_GPU();
     const int M = 136, K = 72, N = 200;  // partial tiles in both dimensions
     Rng rng(51);
-    const Residual x(rng, M, K);
     const FoldedLinear fc(rng, K, N);
     const std::vector<bf16> dres = random_act<bf16>(rng, (size_t)M * K), wp = random_act<bf16>(rng, (size_t)N * K, 1 / std::sqrt(N));
     const std::vector<bf16> f = random_act<bf16>(rng, (size_t)M * N, 1.5);
@@ -376,11 +373,13 @@ TEST(GpuEpilogue, AccessesUnalignedAndTransposedTilesAsAlignedOnes) {
         GpuRunner run(mainloop);
         FoldGradientBuffers<> out(M, N, run.shape<GeluBackward<>>(gemm));
         std::vector<bf16> g = nan_filled<bf16>(1 + (size_t)M * N);  // unaligned: from element 1
+        std::vector<bf16> df = nan_filled<bf16>((size_t)M * N);      // row-major in every form
         GeluBackward<> p;
+        p.df = {run.at(df), {N}};
         if (form == kAligned) p.f = {run.at(f), {N}}, p.g = {run.at(g), {N}};
         if (form == kUnaligned) p.f = {run.at(std::as_const(f_off)) + 1, {N}}, p.g = {run.at(g) + 1, {N}};
         if (form == kTransposed) p.f = {run.at(f_t), {M, true}}, p.g = {run.at(g), {M, true}};
-        p.fold = out.program(run, x, fc);
+        p.fold = out.program(run, fc);
         run.run(p, gemm);
         std::vector<float> g_rows((size_t)M * N);  // g row-major, whatever its layout
         for (int i = 0; i < M; i++)
@@ -388,7 +387,7 @@ TEST(GpuEpilogue, AccessesUnalignedAndTransposedTilesAsAlignedOnes) {
                 g_rows[(size_t)i * N + j] = to_float(form == kAligned      ? g[(size_t)i * N + j]
                                                      : form == kUnaligned ? g[1 + (size_t)i * N + j]
                                                                           : g[(size_t)j * M + i]);
-        return Buffers{{"g", g_rows}, {"dz^", floats(out.dz_hat)}, {"m1", out.m1}, {"m2", out.m2}, {"db", out.db}, {"v", out.v}};
+        return Buffers{{"g", g_rows}, {"df", floats(df)}, {"m1", out.m1}, {"m2", out.m2}, {"db", out.db}};
     };
     for (const Mainloop mainloop : {Mainloop::Sm80, Mainloop::Auto}) {
         const Buffers aligned = outputs(mainloop, kAligned);
