@@ -320,7 +320,7 @@ void GPT2CodaCPU::backward(float grad_scale) {
         }
         for (int j = 0; j < C4; j++) lg.fc_b[j] += fc_grad.db[j];  // the fc bias gradient is the producer's db
         // 2. dW_p GEMM, A = g^T, B = dres. (The fcproj bias gradient was taken from the column
-        //    partials of the epilogue that produced dres: step 10 above, or the LM head dX GEMM.)
+        //    partials of the epilogue that produced dres: step 9 above, or the LM head dX GEMM.)
         gemm_accumulate(lg.fcproj_w, C4, C, M, transposed(g.data(), C4), matrix(dres.data(), C), shape_);
         // 3. dX GEMM, A = df, B = W~fc^T: LN2 backward + dres pass-through -> dres' (in place), and xhat of x';
         //    column partials -> proj bias gradient

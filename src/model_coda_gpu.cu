@@ -1,5 +1,7 @@
 // The fused (CODA) GPT-2 schedule on the GPU, step by step as ../shared/design/CODA_GPT2.md
-// numbers it and as GPT2CodaCPU (model_coda_cpu.cpp) runs it through the emulator: each GEMM is one
+// numbers it (but for the backward's departure that model_coda_cpu.cpp's header describes: dz
+// stored as is, each fold's dX GEMM before its dW GEMM, which reads the xhat the dX GEMM wrote)
+// and as GPT2CodaCPU (model_coda_cpu.cpp) runs it through the emulator: each GEMM is one
 // coda::gemm call with its epilogue program, each "tiny reduce" one finalize kernel of
 // kernels/coda_kernels.cuh. The formulas live in kernels/coda_programs.cuh, not here.
 //
