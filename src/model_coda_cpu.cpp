@@ -83,14 +83,18 @@ struct FoldGradientBuffers {
         p.m1 = {m1_partials.data()}, p.m2 = {m2_partials.data()}, p.db = {db_partials.data()};
         return p;
     }
-    // m1, m2 as means over the K inputs of the fold; db as sums over the M tokens.
-    void finalize() {
+    // m1, m2 as means over the K inputs of the fold; db as sums over the M tokens, also added into
+    // bias_grad, the folded GEMM's bias gradient (null for the LM head, which has no bias).
+    void finalize(float* bias_grad) {
         const int tiles_n = n_tiles(N, shape.bn), tiles_m = n_tiles(M, shape.bm);
         for (int i = 0; i < M; i++) {
             m1[i] = finalize_row_sum(m1_partials.data(), i, tiles_n, 1.f / K);
             m2[i] = finalize_row_sum(m2_partials.data(), i, tiles_n, 1.f / K);
         }
-        for (int j = 0; j < N; j++) db[j] = finalize_col_sum(db_partials.data(), j, tiles_m, N);
+        for (int j = 0; j < N; j++) {
+            db[j] = finalize_col_sum(db_partials.data(), j, tiles_m, N);
+            if (bias_grad) bias_grad[j] += db[j];
+        }
     }
 };
 
@@ -292,7 +296,7 @@ void GPT2CodaCPU::backward(float grad_scale) {
         p.dz = {dz, {Vp}};
         p.fold = lm_grad.producer(lm_head_fold_);
         emulate_pass(p, M, Vp, shape_);
-        lm_grad.finalize();
+        lm_grad.finalize(nullptr);
     }
     // LM head dX GEMM: LN_f backward (nothing passes through) -> dres, and LN_f's xhat; its column
     // partials are the last layer's fcproj bias gradient.
@@ -311,19 +315,19 @@ void GPT2CodaCPU::backward(float grad_scale) {
         const float* f = &f_[(size_t)l * M * C4];
         FoldGradientBuffers fc_grad(M, C4, C, shape_), qkv_grad(M, C3, C, shape_);
 
-        {  // 1. dG GEMM, A = dres, B = Wp^T: df = acc gelu'(f), g = gelu(f) re-emitted, fc fold partials
+        {  // 1. dG GEMM, A = dres, B = Wp^T: df = acc gelu'(f), g = gelu(f) re-emitted, fc fold partials;
+           //    the fc bias gradient is the producer's db
             GeluBackward<float> p;
             p.f = {f, {C4}}, p.g = {g.data(), {C4}}, p.df = {df.data(), {C4}};
             p.fold = fc_grad.producer(fc_fold);
             emulate_gemm(p, M, C4, C, matrix(dres.data(), C), transposed(lp.fcproj_w, C), shape_);
-            fc_grad.finalize();
+            fc_grad.finalize(lg.fc_b);
         }
-        for (int j = 0; j < C4; j++) lg.fc_b[j] += fc_grad.db[j];  // the fc bias gradient is the producer's db
         // 2. dW_p GEMM, A = g^T, B = dres. (The fcproj bias gradient was taken from the column
         //    partials of the epilogue that produced dres: step 9 above, or the LM head dX GEMM.)
         gemm_accumulate(lg.fcproj_w, C4, C, M, transposed(g.data(), C4), matrix(dres.data(), C), shape_);
-        // 3. dX GEMM, A = df, B = W~fc^T: LN2 backward + dres pass-through -> dres' (in place), and xhat of x';
-        //    column partials -> proj bias gradient
+        // 3. dX GEMM, A = df, B = W~fc^T: LN2 backward + dres pass-through -> dres' (in place), and
+        //    xhat of x'; column partials -> proj bias gradient
         ln_backward_x(df.data(), fc_fold, fc_grad, x_mid, mu_mid, rstd_mid, dres.data(), dres.data(), xhat.data(),
                       lg.proj_b, shape_);
         // 4. dW_fc GEMM, A = xhat^T, B = df, folded (gamma2, beta2)
@@ -336,14 +340,14 @@ void GPT2CodaCPU::backward(float grad_scale) {
         // 7. attention backward -> dqkv
         std::fill(dqkv.begin(), dqkv.end(), 0.f);
         cpu::attention_backward(dqkv.data(), dy.data(), qkv, &att_[(size_t)l * B * NH * T * T], B, T, C, NH);
-        {  // 8. the one small pass over dqkv, qkv: dz-producer outputs of the qkv fold
+        {  // 8. the one small pass over dqkv, qkv: dz-producer outputs of the qkv fold; the qkv bias
+           //    gradient is its db
             QkvGradient<float> p;
             p.dqkv = {dqkv.data(), {C3}}, p.qkv = {qkv, {C3}};
             p.fold = qkv_grad.producer(qkv_fold);
             emulate_pass(p, M, C3, shape_);
-            qkv_grad.finalize();
+            qkv_grad.finalize(lg.qkv_b);
         }
-        for (int j = 0; j < C3; j++) lg.qkv_b[j] += qkv_grad.db[j];  // the qkv bias gradient is the producer's db
         // 9. dX GEMM, A = dqkv, B = W~qkv^T: LN1 backward + dres' pass-through -> dres for the layer
         //    below (in place), and xhat of x; column partials -> that layer's fcproj bias gradient
         float* below_fcproj_b = l > 0 ? layer_params(gv, l - 1, C).fcproj_b : nullptr;
