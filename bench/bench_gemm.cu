@@ -502,7 +502,7 @@ struct Bench {
                   g.fold = fold_grad(b, p, ts);
                   return g;
               });
-        // dX through the fc fold: df[T, 4C] W~fc^T, W~fc stored [C, 4C] = [N, K]; xhat over x.
+        // dX through the fc fold: df[T, 4C] Wfc^T, Wfc stored [C, 4C] = [N, K]; LN(x) over x.
         fused({"1.5b", "fc dX", T, C, 4 * C, false, true, false}, "LnBackwardX",
               [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
                   LnBackwardX<bf16> l;
@@ -510,26 +510,17 @@ struct Bench {
                   l.rstd = {vec(b, p.M, 52, 0.1f, 1.f)};
                   l.m1 = {vec(b, p.M, 53)};
                   l.m2 = {vec(b, p.M, 54)};
+                  l.gamma = {vec(b, p.N, 57, 0.1f, 1.f)};
+                  l.beta = {vec(b, p.N, 58)};
                   bf16* x = act(b, (long)p.M * p.N, 55);
                   l.x = {x, Layout{p.N, false}};
                   l.dres = {act(b, (long)p.M * p.N, 56), Layout{p.N, false}};
-                  l.xhat_out = {x, Layout{p.N, false}};  // over x, as the trainer
+                  l.ln_out = {x, Layout{p.N, false}};  // over x, as the trainer
                   l.dx_out = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
-                  l.bias_grad = {b.get<float>((long)n_tiles(p.M, ts.bm) * p.N)};
-                  return l;
-              });
-        // dW through the fc fold: xhat^T[C, T] df[T, 4C] into the fp32 gradient.
-        fused({"1.5b", "fc dW", C, 4 * C, T, true, false, true}, "LnBackwardW",
-              [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
-                  LnBackwardW<bf16> l;
-                  l.gamma = {vec(b, p.M, 61, 0.1f, 1.f)};
-                  l.beta = {vec(b, p.M, 62)};
-                  l.db = {vec(b, p.N, 64)};
-                  l.w = {act(b, (long)p.M * p.N, 65), Layout{p.N, false}};
-                  l.dw = {vec(b, (long)p.M * p.N, 66), Layout{p.N, false}};
-                  const long tn = n_tiles(p.N, ts.bn);
-                  l.dgamma = {b.get<float>(p.M * tn)};
-                  l.dbeta = {b.get<float>(p.M * tn)};
+                  const long tm = n_tiles(p.M, ts.bm);
+                  l.bias_grad = {b.get<float>(tm * p.N)};
+                  l.dgamma = {b.get<float>(tm * p.N)};
+                  l.dbeta = {b.get<float>(tm * p.N)};
                   return l;
               });
     }

@@ -46,15 +46,15 @@ __device__ bool group_writes(int i, int lanes) { return i >= 0 && threadIdx.x % 
 // consecutive bytes a k (the qkv and fc folds of a 1.5B step 0.98 ms; with a thread a column, 64
 // bytes a warp, 1.78); thread t of the block then adds column t's 8 slices in slice order.
 __global__ void __launch_bounds__(kFoldColThreads* kFoldSplit)
-    fold_layernorm_rows_kernel(bf16* w_folded, float* c, float* b_folded, const bf16* w, const float* gamma,
-                               const float* beta, const float* b, int K, int N) {
+    fold_layernorm_rows_kernel(bf16* w_folded, float* c, float* c_bwd, float* b_folded, const bf16* w,
+                               const float* gamma, const float* beta, const float* b, int K, int N) {
     constexpr int kBlockCols = kFoldColThreads * kFoldVec;
-    __shared__ float s_c[kFoldSplit][kBlockCols], s_b[kFoldSplit][kBlockCols];
+    __shared__ float s_c[kFoldSplit][kBlockCols], s_cb[kFoldSplit][kBlockCols], s_b[kFoldSplit][kBlockCols];
     const int tx = threadIdx.x % kFoldColThreads, ty = threadIdx.x / kFoldColThreads, layer = blockIdx.y;
     const int j0 = blockIdx.x * kBlockCols + tx * kFoldVec;
     const long wofs = (long)layer * K * N;
     gamma += (long)layer * K, beta += (long)layer * K;
-    float sum_c[kFoldVec] = {}, sum_b[kFoldVec] = {};
+    float sum_c[kFoldVec] = {}, sum_cb[kFoldVec] = {}, sum_b[kFoldVec] = {};
     if (j0 < N)
         for (int k = ty; k < K; k += kFoldSplit) {
             const uint4 in = *reinterpret_cast<const uint4*>(w + wofs + (long)k * N + j0);
@@ -67,6 +67,7 @@ __global__ void __launch_bounds__(kFoldColThreads* kFoldSplit)
                 const float w_kj = __bfloat162float(w_k[v]);
                 folded[v] = __float2bfloat16(gamma_k * w_kj);
                 sum_c[v] += __bfloat162float(folded[v]);  // c from the bf16 W~ the GEMM multiplies by
+                sum_cb[v] = fmaf(gamma_k, w_kj, sum_cb[v]);
                 sum_b[v] = fmaf(beta_k, w_kj, sum_b[v]);
             }
             *reinterpret_cast<uint4*>(w_folded + wofs + (long)k * N + j0) = out;
@@ -74,14 +75,16 @@ __global__ void __launch_bounds__(kFoldColThreads* kFoldSplit)
 #pragma unroll
     for (int v = 0; v < kFoldVec; v++) {
         s_c[ty][tx * kFoldVec + v] = sum_c[v];
+        s_cb[ty][tx * kFoldVec + v] = sum_cb[v];
         s_b[ty][tx * kFoldVec + v] = sum_b[v];
     }
     __syncthreads();
     const int t = threadIdx.x, j = blockIdx.x * kBlockCols + t;
     if (j < N) {
-        float col_c = s_c[0][t], col_b = s_b[0][t];
-        for (int sl = 1; sl < kFoldSplit; sl++) col_c += s_c[sl][t], col_b += s_b[sl][t];
+        float col_c = s_c[0][t], col_cb = s_cb[0][t], col_b = s_b[0][t];
+        for (int sl = 1; sl < kFoldSplit; sl++) col_c += s_c[sl][t], col_cb += s_cb[sl][t], col_b += s_b[sl][t];
         c[(long)layer * N + j] = col_c;
+        c_bwd[(long)layer * N + j] = col_cb;
         b_folded[(long)layer * N + j] = col_b + (b ? b[(long)layer * N + j] : 0.f);
     }
 }
@@ -89,27 +92,30 @@ __global__ void __launch_bounds__(kFoldColThreads* kFoldSplit)
 // W stored as W^T [N, K]: warp ty sums column j = 8 * blockIdx.x + ty (a contiguous row of W^T)
 // with its lanes over k, then an xor butterfly (a fixed order).
 __global__ void __launch_bounds__(32 * kFoldSplit)
-    fold_layernorm_transposed_kernel(bf16* w_folded, float* c, float* b_folded, const bf16* w, const float* gamma,
-                                     const float* beta, const float* b, int K, int N) {
+    fold_layernorm_transposed_kernel(bf16* w_folded, float* c, float* c_bwd, float* b_folded, const bf16* w,
+                                     const float* gamma, const float* beta, const float* b, int K, int N) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, layer = blockIdx.y;
     const int j = blockIdx.x * kFoldSplit + warp;
     if (j >= N) return;
     const long row = (long)layer * K * N + (long)j * K;
     gamma += (long)layer * K, beta += (long)layer * K;
-    float sum_c = 0.f, sum_b = 0.f;
+    float sum_c = 0.f, sum_cb = 0.f, sum_b = 0.f;
     for (int k = lane; k < K; k += 32) {
         const float w_kj = __bfloat162float(w[row + k]);
         const bf16 folded = __float2bfloat16(gamma[k] * w_kj);
         w_folded[row + k] = folded;
         sum_c += __bfloat162float(folded);
+        sum_cb = fmaf(gamma[k], w_kj, sum_cb);
         sum_b = fmaf(beta[k], w_kj, sum_b);
     }
     for (int mask = 1; mask < 32; mask *= 2) {
         sum_c += __shfl_xor_sync(0xffffffffu, sum_c, mask);
+        sum_cb += __shfl_xor_sync(0xffffffffu, sum_cb, mask);
         sum_b += __shfl_xor_sync(0xffffffffu, sum_b, mask);
     }
     if (lane == 0) {
         c[(long)layer * N + j] = sum_c;
+        c_bwd[(long)layer * N + j] = sum_cb;
         b_folded[(long)layer * N + j] = sum_b + (b ? b[(long)layer * N + j] : 0.f);
     }
 }
@@ -172,29 +178,24 @@ __global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, f
     if (bias_grad) bias_grad[j] += sums[0];
 }
 
-__global__ void finalize_ln_grads_kernel(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
-                                int K, int n_tiles, int lanes) {
-    const int k = group_row(K, lanes);
-    const float g = coda::row_sum_of(merge_row_group<coda::Sum>(dgamma_partials, k, n_tiles, lanes));
-    const float b = coda::row_sum_of(merge_row_group<coda::Sum>(dbeta_partials, k, n_tiles, lanes));
-    if (group_writes(k, lanes)) dgamma[k] += g, dbeta[k] += b;
-}
-
-__global__ void finalize_bias_grad_kernel(float* bias_grad, const float* partials, int N, int n_tiles) {
+__global__ void finalize_ln_backward_kernel(float* bias_grad, float* dgamma, float* dbeta, const float* bias_partials,
+                                            const float* dgamma_partials, const float* dbeta_partials, int N, int n_tiles) {
     const int j0 = blockIdx.x * kColsPerBlock, j = j0 + threadIdx.x;
-    float sum[1];
-    block_col_sums<1>({partials}, j0, n_tiles, N, sum);
-    if ((int)threadIdx.x < kColsPerBlock && j < N) bias_grad[j] += sum[0];
+    float sums[3];
+    block_col_sums<3>({bias_partials, dgamma_partials, dbeta_partials}, j0, n_tiles, N, sums);
+    if ((int)threadIdx.x >= kColsPerBlock || j >= N) return;
+    if (bias_grad) bias_grad[j] += sums[0];
+    dgamma[j] += sums[1], dbeta[j] += sums[2];
 }
 
 }  // namespace
 
-void coda_fold_layernorm(bf16* w_folded, float* c, float* b_folded, const bf16* w, bool transposed,
+void coda_fold_layernorm(bf16* w_folded, float* c, float* c_bwd, float* b_folded, const bf16* w, bool transposed,
                          const float* gamma, const float* beta, const float* b, int K, int N, int layers,
                          cudaStream_t stream) {
     if (transposed) {
         fold_layernorm_transposed_kernel<<<dim3(ceil_div(N, kFoldSplit), layers), 32 * kFoldSplit, 0, stream>>>(
-            w_folded, c, b_folded, w, gamma, beta, b, K, N);
+            w_folded, c, c_bwd, b_folded, w, gamma, beta, b, K, N);
         CUDA_CHECK_LAUNCH(fold_layernorm_transposed_kernel);
     } else {
         const bool aligned = reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(w_folded) % 16 == 0;
@@ -202,8 +203,8 @@ void coda_fold_layernorm(bf16* w_folded, float* c, float* b_folded, const bf16* 
             throw Error("coda_fold_layernorm: N = " + std::to_string(N) +
                         " must be a multiple of 8 and both weight pointers 16-byte aligned");
         const dim3 grid(ceil_div(N, kFoldColThreads * kFoldVec), layers);
-        fold_layernorm_rows_kernel<<<grid, kFoldColThreads * kFoldSplit, 0, stream>>>(w_folded, c, b_folded, w, gamma,
-                                                                                      beta, b, K, N);
+        fold_layernorm_rows_kernel<<<grid, kFoldColThreads * kFoldSplit, 0, stream>>>(w_folded, c, c_bwd, b_folded, w,
+                                                                                      gamma, beta, b, K, N);
         CUDA_CHECK_LAUNCH(fold_layernorm_rows_kernel);
     }
 }
@@ -237,17 +238,12 @@ void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* bias_gr
     CUDA_CHECK_LAUNCH(finalize_fold_gradient_kernel);
 }
 
-void coda_accumulate_ln_grads(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
-                              int K, int n_tiles, cudaStream_t stream) {
-    const int lanes = row_lanes(n_tiles);
-    finalize_ln_grads_kernel<<<ceil_div(K, kRowThreads / lanes), kRowThreads, 0, stream>>>(
-        dgamma, dbeta, dgamma_partials, dbeta_partials, K, n_tiles, lanes);
-    CUDA_CHECK_LAUNCH(finalize_ln_grads_kernel);
-}
-
-void coda_accumulate_bias_grad(float* bias_grad, const float* partials, int N, int n_tiles, cudaStream_t stream) {
-    finalize_bias_grad_kernel<<<ceil_div(N, kColsPerBlock), kThreads, 0, stream>>>(bias_grad, partials, N, n_tiles);
-    CUDA_CHECK_LAUNCH(finalize_bias_grad_kernel);
+void coda_ln_backward_finalize(float* bias_grad, float* dgamma, float* dbeta, const float* bias_partials,
+                               const float* dgamma_partials, const float* dbeta_partials, int N, int n_tiles,
+                               cudaStream_t stream) {
+    finalize_ln_backward_kernel<<<ceil_div(N, kColsPerBlock), kThreads, 0, stream>>>(
+        bias_grad, dgamma, dbeta, bias_partials, dgamma_partials, dbeta_partials, N, n_tiles);
+    CUDA_CHECK_LAUNCH(finalize_ln_backward_kernel);
 }
 
 }  // namespace codagpt

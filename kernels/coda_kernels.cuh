@@ -12,11 +12,13 @@
 namespace codagpt {
 
 // For `layers` stacked LayerNorm + linear pairs (gamma, beta [K] and W [K, N], b [N] per layer):
-//   W~ = diag(gamma) W (bf16), c = column sums of that bf16 W~, b~ = beta W + b (b may be null).
+//   W~ = diag(gamma) W (bf16), c = column sums of that bf16 W~ (the forward's), c_bwd = column
+//   sums of diag(gamma) W unrounded (the backward's: its dX GEMM multiplies by W), b~ = beta W + b
+//   (b may be null).
 // w is the bf16 weight (every rank holds all of them), row-major [K, N], or with `transposed`
 // stored as W^T [N, K] (the tied LM head: W = wte^T); w_folded is written in w's layout. Strides
-// between layers: K*N for w and w_folded, K for gamma and beta, N for b, c and b_folded.
-void coda_fold_layernorm(bf16* w_folded, float* c, float* b_folded, const bf16* w, bool transposed,
+// between layers: K*N for w and w_folded, K for gamma and beta, N for b, c, c_bwd and b_folded.
+void coda_fold_layernorm(bf16* w_folded, float* c, float* c_bwd, float* b_folded, const bf16* w, bool transposed,
                          const float* gamma, const float* beta, const float* b, int K, int N, int layers,
                          cudaStream_t stream);
 
@@ -37,11 +39,10 @@ void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* bias_gr
                                  const float* m2_partials, const float* db_partials, int M, int N, int K, int tiles_n,
                                  int tiles_m, cudaStream_t stream);
 
-// LnBackwardW's row partials: dgamma[k] += row sum, dbeta[k] += row sum, for the K rows.
-void coda_accumulate_ln_grads(float* dgamma, float* dbeta, const float* dgamma_partials, const float* dbeta_partials,
-                              int K, int n_tiles, cudaStream_t stream);
-
-// LnBackwardX's column partials: bias_grad[j] += column sum, for the N columns.
-void coda_accumulate_bias_grad(float* bias_grad, const float* partials, int N, int n_tiles, cudaStream_t stream);
+// LnBackwardX's column partials, for the N columns: bias_grad[j] (may be null), dgamma[j] and
+// dbeta[j] += the column sums of bias_partials, dgamma_partials and dbeta_partials.
+void coda_ln_backward_finalize(float* bias_grad, float* dgamma, float* dbeta, const float* bias_partials,
+                               const float* dgamma_partials, const float* dbeta_partials, int N, int n_tiles,
+                               cudaStream_t stream);
 
 }  // namespace codagpt

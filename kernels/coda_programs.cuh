@@ -24,9 +24,10 @@ struct LnFold {
 // registers. dz is the gradient of z as the producer stored it (or, for the qkv fold, as attention
 // backward did): the A operand of the fold's dX GEMM and the B operand of its dW GEMM. Row
 // partials m1 = sum_j dz c_j and m2 = sum_j dz (z - b~_j) (the 1/K of their means is applied by
-// finalize_row_sum), column partials db = sum_i dz. All three from the stored dz, the exact operand
-// of both GEMMs: m1 and m2 are then the projections of the dX GEMM's acc onto 1 and xhat up to the
-// rounding of z, and beta (x) db is the exact beta term of the dW GEMM's operand.
+// finalize_row_sum), column partials db = sum_i dz (the folded GEMM's bias gradient). All three
+// from the stored dz, the exact operand of both GEMMs: with c the column sums of diag(gamma) W (the
+// GPU's W~ is rounded to bf16, so its forward c and this one differ), m1 and m2 are the
+// projections of gamma*acc of the dX GEMM onto 1 and xhat, up to the rounding of z.
 template <class Act = bf16>
 struct FoldGradient {
     ColVec c, b_folded;
@@ -217,66 +218,55 @@ struct QkvGradient {
     CODA_HD void write_col(const Col& col, ColSlot s) const { fold.write_col(col, s); }
 };
 
-// (6) dX GEMM through a fold, A = dz [M, N] (as its producer stored it), B = W~^T: LayerNorm
-// backward plus the residual gradient, and xhat for the fold's dW GEMM, which runs after this one.
-// xhat = (x - mu)*r ;  dx = r*(acc - m1 - xhat*m2) + dres ;  column partials: sum_i dx
-// m1, m2 are the finalized means (finalize_row_sum with 1/K). The column sums of dx are the bias
-// gradient of the GEMM that produced x (proj / fcproj). dres is null where no gradient passes
-// through (the final LayerNorm). xhat_out may alias x and dx_out dres (each element is read before
-// it is written, by the same thread): backward needs x no more once its xhat is stored.
+// (6) dX GEMM through a fold, A = dz [M, N] (as its producer stored it), B = W^T (the unfolded
+// weight, not W~): LayerNorm backward plus the residual gradient, the LayerNorm's gamma and beta
+// gradients, and the LayerNorm output for the fold's dW GEMM, which runs after this one as a plain
+// GEMM (dW += LN(x)^T dz, as on the unfused path). acc = dz W^T is the gradient of LN(x).
+// xhat = (x - mu)*r ;  dx = r*(gamma*acc - m1 - xhat*m2) + dres ;  ln = xhat*gamma + beta
+// column partials: sum_i dx, sum_i xhat*acc (dgamma), sum_i acc (dbeta)
+// m1, m2 are the finalized means (finalize_row_sum with 1/K) of the dz producer, whose c is then
+// the column sums of diag(gamma) W as this GEMM multiplies by it. The column sums of dx are the
+// bias gradient of the GEMM that produced x (proj / fcproj). dres is null where no gradient passes
+// through (the final LayerNorm). ln_out may alias x and dx_out dres (each element is read before it
+// is written, by the same thread): backward needs x no more once its LayerNorm output is stored.
 template <class Act = bf16>
 struct LnBackwardX : NoRowPartials {
     RowVec mu, rstd, m1, m2;
+    ColVec gamma, beta;
     LoadTile<Act> x, dres;
-    StoreTile<Act> xhat_out, dx_out;
-    ColPartials<Sum> bias_grad;
+    StoreTile<Act> ln_out, dx_out;
+    ColPartials<Sum> bias_grad, dgamma, dbeta;
 
     struct Col {
-        Sum dx;
-        CODA_HD void combine(const Col& o) { dx.combine(o.dx); }
+        Sum dx, dgamma, dbeta;
+        CODA_HD void combine(const Col& o) {
+            dx.combine(o.dx);
+            dgamma.combine(o.dgamma);
+            dbeta.combine(o.dbeta);
+        }
     };
     template <class E>
     CODA_HD void element(const E& e, Row&, Col& col) const {
-        const float r = rstd(e), xhat = (x(e) - mu(e)) * r;
-        const float dx = r * (e.acc - m1(e) - xhat * m2(e)) + (dres ? dres(e) : 0.f);
-        xhat_out.store(e, xhat);
+        const float r = rstd(e), xhat = (x(e) - mu(e)) * r, gamma_j = gamma(e);
+        const float dx = r * (gamma_j * e.acc - m1(e) - xhat * m2(e)) + (dres ? dres(e) : 0.f);
+        ln_out.store(e, fmaf(xhat, gamma_j, beta(e)));
         dx_out.store(e, dx);
         col.dx.add(dx);
+        col.dgamma.add(xhat, e.acc);
+        col.dbeta.add(e.acc);
     }
-    CODA_HD void write_col(const Col& col, ColSlot s) const { bias_grad.write(col.dx, s); }
+    CODA_HD void write_col(const Col& col, ColSlot s) const {
+        bias_grad.write(col.dx, s);
+        dgamma.write(col.dgamma, s);
+        dbeta.write(col.dbeta, s);
+    }
 };
 
-// (7) dW GEMM through a fold, A = xhat^T (stored by the fold's LnBackwardX), B = dz (reduction
-// over tokens); rows k are the K input channels of the folded GEMM, columns j its N outputs:
-// acc_kj = sum_i xhat_ik dz_ij = G_kj, and LN(x) = xhat gamma + beta gives
-// dW (+)= gamma (.)row acc + beta (x) db ;  row partials dgamma_k = sum_j W_kj acc_kj, dbeta_k = sum_j W_kj db_j
-// (db is the finalized column sums of the dz producer.) w is the unfolded weight (the fp32 master
-// on the CPU; the bf16 copy on the GPU, which every rank holds whole), dw the fp32 gradient; both
-// transposed for the tied LM head (wte is [V, C]).
-template <class W = float>
-struct LnBackwardW : NoColPartials {
-    RowVec gamma, beta;
-    ColVec db;
-    LoadTile<W> w;
-    AccumulateTile<float> dw;
-    RowPartials<Sum> dgamma, dbeta;
-
-    struct Row {
-        Sum dgamma, dbeta;
-        CODA_HD void combine(const Row& o) { dgamma.combine(o.dgamma); dbeta.combine(o.dbeta); }
-    };
-    template <class E>
-    CODA_HD void element(const E& e, Row& row, Col&) const {
-        const float w_kj = w(e), db_j = db(e);
-        dw.add(e, gamma(e) * e.acc + beta(e) * db_j);
-        row.dgamma.add(w_kj, e.acc);
-        row.dbeta.add(w_kj, db_j);
-    }
-    CODA_HD void write_row(const Row& row, RowSlot s) const { dgamma.write(row.dgamma, s); dbeta.write(row.dbeta, s); }
-};
+// (7) The fold's dW GEMM, A = LN(x)^T (stored by its LnBackwardX), B = dz: a plain GEMM,
+// dW += acc (PlainAccumulate below; cuBLASLt on the GPU, as the unfused path's).
 
 // (8) Plain GEMMs of the backward: dY = dres' Wo^T (stored), and the weight gradients
-// dW_o = y^T dres', dW_p = g^T dres (accumulated into the fp32 gradient).
+// dW_o = y^T dres', dW_p = g^T dres and the folds' (7) (accumulated into the fp32 gradient).
 // out = acc
 template <class Act = bf16>
 struct PlainStore : NoRowPartials, NoColPartials {
@@ -316,12 +306,12 @@ CODA_HD inline TokenLoss finalize_loss(const float* partials, int i, int n_tiles
     return token_loss_of(merge_row<MaxSumExp>(partials, i, n_tiles), target_logit);
 }
 
-// scale * (sum over N-tiles of row i): m1, m2 with scale 1/K; dgamma, dbeta with scale 1.
+// scale * (sum over N-tiles of row i): m1, m2 with scale 1/K.
 CODA_HD inline float row_sum_of(const Sum& s, float scale = 1.f) { return scale * s.s; }
 CODA_HD inline float finalize_row_sum(const float* partials, int i, int n_tiles, float scale = 1.f) {
     return row_sum_of(merge_row<Sum>(partials, i, n_tiles), scale);
 }
-// Sum over M-tiles of column j (db, bias gradients).
+// Sum over M-tiles of column j (db, bias gradients, dgamma, dbeta).
 CODA_HD inline float finalize_col_sum(const float* partials, int j, int n_tiles, int n) {
     return merge_col<Sum>(partials, j, n_tiles, n).s;
 }

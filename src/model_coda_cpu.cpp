@@ -9,10 +9,14 @@
 // same Welford partials from its registers.
 //
 // Where the backward departs from the design doc: the dz producers store dz itself, not dz^ = r dz
-// (so the pass after attention writes no tile: both GEMMs of the qkv fold read dqkv); the dX GEMM
-// applies r in its epilogue and also stores xhat = (x - mu) r; the dW GEMM runs after it with
-// A = xhat^T, so that its acc is G = xhat^T dz itself, with no column vector v = sum_i mu dz^ to
-// subtract (the doc's acc - v cancels where |mu| >> sigma). Steps 3/4 and 9/10 swap accordingly.
+// (so the pass after attention writes no tile: both GEMMs of the qkv fold read dqkv). The dX GEMM
+// multiplies by the unfolded W, so that its acc is the gradient of the LayerNorm output; its
+// epilogue applies gamma and r, stores the LayerNorm output xhat gamma + beta (recomputed from x,
+// mu, r), and takes the gamma and beta gradients as column partials (sum_i xhat acc, sum_i acc).
+// The dW GEMM runs after it as a plain GEMM on that output (dW += LN(x)^T dz, the unfused path's
+// GEMM; on the GPU cuBLASLt's): no rank-1 correction, no column vector v = sum_i mu dz^ to subtract
+// (the doc's acc - v cancels where |mu| >> sigma), no pass over the weights. Steps 3/4 and 9/10
+// swap accordingly.
 #include "model_coda_cpu.hpp"
 
 #include <algorithm>
@@ -98,40 +102,28 @@ struct FoldGradientBuffers {
     }
 };
 
-// The backward of a folded GEMM after its dz producer, in this order:
-// the dX GEMM, A = dz [M, N], B = W~^T (LnBackwardX): the LayerNorm backward of x plus the
-// pass-through dres (null for LN_f), into dx_out (may alias dres), and xhat into xhat_out; then the
-// tiny reduce of its column partials into bias_grad, the bias of the GEMM that produced x (null:
-// the embedding produced x, and has no bias).
-void ln_backward_x(const float* dz, const FoldedWeights& fold, const FoldGradientBuffers& grad, const float* x,
-                   const float* mu, const float* rstd, const float* dres, float* dx_out, float* xhat_out,
-                   float* bias_grad, const TileShape& shape) {
+// The backward of a folded GEMM after its dz producer: the dX GEMM, A = dz [M, N], B = W^T (the
+// unfolded weight, w_t; LnBackwardX): the LayerNorm backward of x plus the pass-through dres (null
+// for LN_f), into dx_out (may alias dres), and the LayerNorm output into ln_out, the A operand of
+// the fold's dW GEMM (a plain GEMM, the caller's next step); then the tiny reduce of its column
+// partials: gamma and beta += their gradients, and bias_grad, the bias of the GEMM that produced x
+// (null: the embedding produced x, and has no bias), += the column sums of dx.
+void ln_backward_x(const float* dz, Operand<float> w_t, const FoldGradientBuffers& grad, const float* x,
+                   const float* mu, const float* rstd, const float* gamma, const float* beta, const float* dres,
+                   float* dx_out, float* ln_out, float* bias_grad, float* dgamma, float* dbeta, const TileShape& shape) {
     const int M = grad.M, N = grad.N, C = grad.K, tiles_m = n_tiles(M, shape.bm);
-    std::vector<float> bias_partials((size_t)tiles_m * C);
+    std::vector<float> bias_partials((size_t)tiles_m * C), dgamma_partials(bias_partials.size()),
+        dbeta_partials(bias_partials.size());
     LnBackwardX<float> p;
     p.mu = {mu}, p.rstd = {rstd}, p.m1 = {grad.m1.data()}, p.m2 = {grad.m2.data()};
-    p.x = {x, {C}}, p.dres = {dres, {C}}, p.xhat_out = {xhat_out, {C}}, p.dx_out = {dx_out, {C}};
-    p.bias_grad = {bias_partials.data()};
-    emulate_gemm(p, M, C, N, matrix(dz, N), transposed(fold.w_folded.data(), N), shape);
-    if (bias_grad)
-        for (int j = 0; j < C; j++) bias_grad[j] += finalize_col_sum(bias_partials.data(), j, tiles_m, C);
-}
-// Then the dW GEMM, A = xhat^T [C, M], B = dz [M, N] (LnBackwardW): dW += gamma G + beta db, and
-// the tiny reduce dgamma += sum_j W G, dbeta += sum_j W db. w and dw are read through w_layout
-// (wte^T for the tied LM head).
-void ln_backward_w(const float* xhat, const float* dz, const FoldGradientBuffers& grad, const float* gamma,
-                   const float* beta, const float* w, Layout w_layout, float* dw, float* dgamma, float* dbeta,
-                   const TileShape& shape) {
-    const int C = grad.K, N = grad.N, tiles_n = n_tiles(N, shape.bn);
-    std::vector<float> dgamma_partials((size_t)C * tiles_n), dbeta_partials(dgamma_partials.size());
-    LnBackwardW<> p;
-    p.gamma = {gamma}, p.beta = {beta}, p.db = {grad.db.data()};
-    p.w = {w, w_layout}, p.dw = {dw, w_layout};
-    p.dgamma = {dgamma_partials.data()}, p.dbeta = {dbeta_partials.data()};
-    emulate_gemm(p, C, N, grad.M, transposed(xhat, C), matrix(dz, N), shape);
-    for (int k = 0; k < C; k++) {
-        dgamma[k] += finalize_row_sum(dgamma_partials.data(), k, tiles_n);
-        dbeta[k] += finalize_row_sum(dbeta_partials.data(), k, tiles_n);
+    p.gamma = {gamma}, p.beta = {beta};
+    p.x = {x, {C}}, p.dres = {dres, {C}}, p.ln_out = {ln_out, {C}}, p.dx_out = {dx_out, {C}};
+    p.bias_grad = {bias_partials.data()}, p.dgamma = {dgamma_partials.data()}, p.dbeta = {dbeta_partials.data()};
+    emulate_gemm(p, M, C, N, matrix(dz, N), w_t, shape);
+    for (int j = 0; j < C; j++) {
+        if (bias_grad) bias_grad[j] += finalize_col_sum(bias_partials.data(), j, tiles_m, C);
+        dgamma[j] += finalize_col_sum(dgamma_partials.data(), j, tiles_m, C);
+        dbeta[j] += finalize_col_sum(dbeta_partials.data(), j, tiles_m, C);
     }
 }
 
@@ -280,7 +272,7 @@ void GPT2CodaCPU::backward(float grad_scale) {
     const float* x_final = &residual_[(size_t)L * M * C];
     const float *mu_final = &mu_[(size_t)L * M], *rstd_final = &rstd_[(size_t)L * M];
     std::vector<float> dres((size_t)M * C), dy((size_t)M * C), g((size_t)M * C4), df((size_t)M * C4),
-        dqkv((size_t)M * C3), xhat((size_t)M * C);
+        dqkv((size_t)M * C3), ln((size_t)M * C);
 
     // Cross-entropy pass: dz = (softmax - onehot) * grad_scale / (B T) from the logits, written in
     // place, plus the dz-producer partials of the LN_f fold.
@@ -298,13 +290,13 @@ void GPT2CodaCPU::backward(float grad_scale) {
         emulate_pass(p, M, Vp, shape_);
         lm_grad.finalize(nullptr);
     }
-    // LM head dX GEMM: LN_f backward (nothing passes through) -> dres, and LN_f's xhat; its column
-    // partials are the last layer's fcproj bias gradient.
-    ln_backward_x(dz, lm_head_fold_, lm_grad, x_final, mu_final, rstd_final, nullptr, dres.data(), xhat.data(),
-                  layer_params(gv, L - 1, C).fcproj_b, shape_);
-    // LM head dW GEMM (LN_f folded, W = wte^T): tied embeddings, so it adds into the wte gradient;
-    // its row partials are the LN_f gamma and beta gradients.
-    ln_backward_w(xhat.data(), dz, lm_grad, pv.lnf_w, pv.lnf_b, pv.wte, {C, true}, gv.wte, gv.lnf_w, gv.lnf_b, shape_);
+    // LM head dX GEMM, B = wte (W = wte^T): LN_f backward (nothing passes through) -> dres, LN_f's
+    // output, the LN_f gamma and beta gradients; its column sums of dres are the last layer's fcproj
+    // bias gradient.
+    ln_backward_x(dz, matrix(pv.wte, C), lm_grad, x_final, mu_final, rstd_final, pv.lnf_w, pv.lnf_b, nullptr,
+                  dres.data(), ln.data(), layer_params(gv, L - 1, C).fcproj_b, gv.lnf_w, gv.lnf_b, shape_);
+    // LM head dW GEMM, A = dz^T, B = LN_f(x): tied embeddings, so it adds into the wte gradient [Vp, C].
+    gemm_accumulate(gv.wte, Vp, C, M, transposed(dz, Vp), matrix(ln.data(), C), shape_);
 
     for (int l = L - 1; l >= 0; l--) {
         const LayerParams<float> lp = layer_params(pv, l, C), lg = layer_params(gv, l, C);
@@ -326,13 +318,12 @@ void GPT2CodaCPU::backward(float grad_scale) {
         // 2. dW_p GEMM, A = g^T, B = dres. (The fcproj bias gradient was taken from the column
         //    partials of the epilogue that produced dres: step 9 above, or the LM head dX GEMM.)
         gemm_accumulate(lg.fcproj_w, C4, C, M, transposed(g.data(), C4), matrix(dres.data(), C), shape_);
-        // 3. dX GEMM, A = df, B = W~fc^T: LN2 backward + dres pass-through -> dres' (in place), and
-        //    xhat of x'; column partials -> proj bias gradient
-        ln_backward_x(df.data(), fc_fold, fc_grad, x_mid, mu_mid, rstd_mid, dres.data(), dres.data(), xhat.data(),
-                      lg.proj_b, shape_);
-        // 4. dW_fc GEMM, A = xhat^T, B = df, folded (gamma2, beta2)
-        ln_backward_w(xhat.data(), df.data(), fc_grad, lp.ln2_w, lp.ln2_b, lp.fc_w, {C4}, lg.fc_w, lg.ln2_w, lg.ln2_b,
-                      shape_);
+        // 3. dX GEMM, A = df, B = Wfc^T: LN2 backward + dres pass-through -> dres' (in place), and
+        //    LN2's output; column partials -> proj bias, gamma2 and beta2 gradients
+        ln_backward_x(df.data(), transposed(lp.fc_w, C4), fc_grad, x_mid, mu_mid, rstd_mid, lp.ln2_w, lp.ln2_b,
+                      dres.data(), dres.data(), ln.data(), lg.proj_b, lg.ln2_w, lg.ln2_b, shape_);
+        // 4. dW_fc GEMM, A = LN2(x')^T, B = df
+        gemm_accumulate(lg.fc_w, C, C4, M, transposed(ln.data(), C), matrix(df.data(), C4), shape_);
         // 5. dY GEMM, A = dres', B = Wo^T -> dy
         gemm_store(dy.data(), M, C, C, matrix(dres.data(), C), transposed(lp.proj_w, C), shape_);
         // 6. dW_o GEMM, A = y^T, B = dres'
@@ -348,14 +339,14 @@ void GPT2CodaCPU::backward(float grad_scale) {
             emulate_pass(p, M, C3, shape_);
             qkv_grad.finalize(lg.qkv_b);
         }
-        // 9. dX GEMM, A = dqkv, B = W~qkv^T: LN1 backward + dres' pass-through -> dres for the layer
-        //    below (in place), and xhat of x; column partials -> that layer's fcproj bias gradient
+        // 9. dX GEMM, A = dqkv, B = Wqkv^T: LN1 backward + dres' pass-through -> dres for the layer
+        //    below (in place), and LN1's output; column partials -> gamma1 and beta1 gradients and
+        //    that layer's fcproj bias gradient
         float* below_fcproj_b = l > 0 ? layer_params(gv, l - 1, C).fcproj_b : nullptr;
-        ln_backward_x(dqkv.data(), qkv_fold, qkv_grad, x, mu, rstd, dres.data(), dres.data(), xhat.data(),
-                      below_fcproj_b, shape_);
-        // 10. dW_qkv GEMM, A = xhat^T, B = dqkv, folded (gamma1, beta1)
-        ln_backward_w(xhat.data(), dqkv.data(), qkv_grad, lp.ln1_w, lp.ln1_b, lp.qkv_w, {C3}, lg.qkv_w, lg.ln1_w,
-                      lg.ln1_b, shape_);
+        ln_backward_x(dqkv.data(), transposed(lp.qkv_w, C3), qkv_grad, x, mu, rstd, lp.ln1_w, lp.ln1_b, dres.data(),
+                      dres.data(), ln.data(), below_fcproj_b, lg.ln1_w, lg.ln1_b, shape_);
+        // 10. dW_qkv GEMM, A = LN1(x)^T, B = dqkv
+        gemm_accumulate(lg.qkv_w, C, C3, M, transposed(ln.data(), C), matrix(dqkv.data(), C3), shape_);
     }
     // Embedding backward: its own kernel, adding into the wte gradient beside the LM head's.
     cpu::encoder_backward(gv.wte, gv.wpe, dres.data(), inputs_.data(), B, T, C);

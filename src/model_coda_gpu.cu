@@ -1,6 +1,7 @@
 // The fused (CODA) GPT-2 schedule on the GPU, step by step as ../shared/design/CODA_GPT2.md
 // numbers it (but for the backward's departure that model_coda_cpu.cpp's header describes: dz
-// stored as is, each fold's dX GEMM before its dW GEMM, which reads the xhat the dX GEMM wrote)
+// stored as is; each fold's dX GEMM, on the unfolded W, before its dW GEMM, a plain GEMM on the
+// LayerNorm output the dX GEMM wrote)
 // and as GPT2CodaCPU (model_coda_cpu.cpp) runs it through the emulator: each GEMM is one
 // coda::gemm call with its epilogue program, each "tiny reduce" one finalize kernel of
 // kernels/coda_kernels.cuh. The formulas live in kernels/coda_programs.cuh, not here.
@@ -37,11 +38,11 @@ constexpr int kMinTile = 128;
 DeviceOperand matrix(const bf16* p, int ld) { return {p, {ld}}; }
 DeviceOperand transposed(const bf16* p, int ld) { return {p, {ld, true}}; }
 
-// A LayerNorm folded into its consuming GEMM (one layer's slice): W~ (bf16, the B operand),
-// c = column sums of W~, b~ = beta W + b.
+// A LayerNorm folded into its consuming GEMM (one layer's slice): W~ (bf16, the forward's B
+// operand), c = column sums of W~, c_bwd = column sums of diag(gamma) W (the backward's), b~ = beta W + b.
 struct Fold {
     const bf16* w_folded;
-    const float *c, *b_folded;
+    const float *c, *c_bwd, *b_folded;
 };
 
 }  // namespace
@@ -55,7 +56,7 @@ struct GPT2CodaGPU::Impl {
     size_t n_params = 0;
     DeviceBuffers mem;  // declared before every pointer into it
     Attention attention;
-    // The GEMMs with no epilogue work (dY, dW_o, dW_p: out = acc, dw += acc) run on cuBLASLt, as the
+    // The GEMMs with no epilogue work (dY and every dW: out = acc, dw += acc) run on cuBLASLt, as the
     // unfused path's do: fusion has nothing to add to them, and cuBLASLt picks its tile per shape
     // (in the 1.5B step dW_o took 0.12 ms on cuBLASLt's 128 x 160 tiles, 0.17 on our engine, whose
     // 128 x 128 tiles make 169 of its 1600 x 1600 output for 132 SMs; the three 35.7 ms against
@@ -78,9 +79,10 @@ struct GPT2CodaGPU::Impl {
     // LayerNorms folded into their GEMMs, refolded after every optimizer step: LN1 into qkv
     // ([L, C, 3C]), LN2 into fc ([L, C, 4C]), LN_f into the LM head (W = wte^T, W~ stored as wte is: [Vp, C]).
     bf16 *qkv_folded, *fc_folded, *lm_folded;
-    float *qkv_c, *qkv_bf, *fc_c, *fc_bf, *lm_c, *lm_bf;
+    float *qkv_c, *qkv_cb, *qkv_bf, *fc_c, *fc_cb, *fc_bf, *lm_c, *lm_cb, *lm_bf;
 
-    // activations kept for backward. residual: x entering layer l, [L+1, M, C] (l = L: entering LN_f)
+    // activations kept for backward. residual: x entering layer l, [L+1, M, C] (l = L: entering
+    // LN_f); in backward each x (and x_mid) becomes its LayerNorm's output
     bf16 *residual, *qkv, *y, *x_mid, *f;             // [L+1, M, C], [L, M, 3C], [L, M, C] x2, [L or 1, M, 4C]
     float *mu, *rstd, *mu_mid, *rstd_mid, *att_lse;  // [L+1, M], [L+1, M], [L, M], [L, M], [L, B, NH, T]
     // scratch. g: gelu(f) in forward, re-emitted g then dqkv in backward. df: the fc fold's dz.
@@ -93,7 +95,7 @@ struct GPT2CodaGPU::Impl {
     float *stats_partials, *lse_partials;           // Welford [M, tiles(C), 3]; (max, sum-exp) [M, tiles(Vp), 2]
     float *m1_partials, *m2_partials, *db_partials;  // [M, tiles(Vp)]; [tiles(M), Vp]
     float *m1_, *m2_, *db_;                          // [M]; [Vp]
-    float *dgamma_partials, *dbeta_partials, *bias_partials;     // [C, tiles(Vp)]; [tiles(M), C]
+    float *bias_partials, *dgamma_partials, *dbeta_partials;  // [tiles(M), C]
     int *inputs, *targets;
     bool backward_ready = false;
     float grad_scale = 1.f;
@@ -127,10 +129,13 @@ struct GPT2CodaGPU::Impl {
         fc_folded = mem.alloc<bf16>(L * C * 4 * C);
         lm_folded = mem.alloc<bf16>(Vp * C);
         qkv_c = mem.alloc<float>(L * 3 * C);
+        qkv_cb = mem.alloc<float>(L * 3 * C);
         qkv_bf = mem.alloc<float>(L * 3 * C);
         fc_c = mem.alloc<float>(L * 4 * C);
+        fc_cb = mem.alloc<float>(L * 4 * C);
         fc_bf = mem.alloc<float>(L * 4 * C);
         lm_c = mem.alloc<float>(Vp);
+        lm_cb = mem.alloc<float>(Vp);
         lm_bf = mem.alloc<float>(Vp);
 
         residual = mem.alloc<bf16>((L + 1) * MC);
@@ -161,9 +166,9 @@ struct GPT2CodaGPU::Impl {
         m1_ = mem.alloc<float>(M);
         m2_ = mem.alloc<float>(M);
         db_ = mem.alloc<float>(Vp);
-        dgamma_partials = mem.alloc<float>(C * tiles_v);
-        dbeta_partials = mem.alloc<float>(C * tiles_v);
         bias_partials = mem.alloc<float>(tiles_m * C);
+        dgamma_partials = mem.alloc<float>(tiles_m * C);
+        dbeta_partials = mem.alloc<float>(tiles_m * C);
         inputs = mem.alloc<int>(M);
         targets = mem.alloc<int>(M);
         buckets = encoder_buckets_create(M);
@@ -184,18 +189,20 @@ struct GPT2CodaGPU::Impl {
             if (v) coda_widen(v, src, (long)size, stream);
             src += size;
         });
-        coda_fold_layernorm(qkv_folded, qkv_c, qkv_bf, p.qkv_w, false, v32.ln1_w, v32.ln1_b, v32.qkv_b, C, 3 * C, L, stream);
-        coda_fold_layernorm(fc_folded, fc_c, fc_bf, p.fc_w, false, v32.ln2_w, v32.ln2_b, v32.fc_b, C, 4 * C, L, stream);
-        coda_fold_layernorm(lm_folded, lm_c, lm_bf, p.wte, true, v32.lnf_w, v32.lnf_b, nullptr, C, Vp, 1, stream);
+        coda_fold_layernorm(qkv_folded, qkv_c, qkv_cb, qkv_bf, p.qkv_w, false, v32.ln1_w, v32.ln1_b, v32.qkv_b, C, 3 * C,
+                            L, stream);
+        coda_fold_layernorm(fc_folded, fc_c, fc_cb, fc_bf, p.fc_w, false, v32.ln2_w, v32.ln2_b, v32.fc_b, C, 4 * C, L,
+                            stream);
+        coda_fold_layernorm(lm_folded, lm_c, lm_cb, lm_bf, p.wte, true, v32.lnf_w, v32.lnf_b, nullptr, C, Vp, 1, stream);
     }
     bf16* f_of(int l) const { return f + f_slots.of(l) * 4 * M * cfg.n_embd; }
     Fold qkv_fold(int l) const {
         const size_t C = cfg.n_embd;
-        return {qkv_folded + l * C * 3 * C, qkv_c + l * 3 * C, qkv_bf + l * 3 * C};
+        return {qkv_folded + l * C * 3 * C, qkv_c + l * 3 * C, qkv_cb + l * 3 * C, qkv_bf + l * 3 * C};
     }
     Fold fc_fold(int l) const {
         const size_t C = cfg.n_embd;
-        return {fc_folded + l * C * 4 * C, fc_c + l * 4 * C, fc_bf + l * 4 * C};
+        return {fc_folded + l * C * 4 * C, fc_c + l * 4 * C, fc_cb + l * 4 * C, fc_bf + l * 4 * C};
     }
 
     // Runs a program on the engine; returns the tile shape it used, which the partials' finalize needs.
@@ -222,7 +229,7 @@ struct GPT2CodaGPU::Impl {
     // folded GEMM's bias gradient (null for the LM head, which has none) accumulates db.
     FoldGradient<bf16> producer(const Fold& fold) {
         FoldGradient<bf16> pr;
-        pr.c = {fold.c}, pr.b_folded = {fold.b_folded};
+        pr.c = {fold.c_bwd}, pr.b_folded = {fold.b_folded};
         pr.m1 = {m1_partials}, pr.m2 = {m2_partials}, pr.db = {db_partials};
         return pr;
     }
@@ -231,34 +238,25 @@ struct GPT2CodaGPU::Impl {
                                     n_tiles(N, s.bn), n_tiles(M, s.bm), stream);
     }
 
-    // The backward of a folded GEMM after its dz producer, dz [M, N] as the producer stored it, in
-    // this order. The dX GEMM, A = dz, B = W~^T (LnBackwardX): LayerNorm backward of x plus the
-    // pass-through dres (null for LN_f) into dres, in place, and xhat written over x (backward reads
-    // x no more): the dW GEMM's operand. Its column partials are the bias gradient of the GEMM that
-    // produced x (null: the embedding did, which has no bias).
-    void ln_backward_x(const bf16* dz, int N, DeviceOperand w_folded_t, bf16* x, const float* mu_in,
-                       const float* rstd_in, bool pass_through, float* bias_grad) {
+    // The backward of a folded GEMM after its dz producer, dz [M, N] as the producer stored it:
+    // the dX GEMM, A = dz, B = W^T (the unfolded weight; LnBackwardX): LayerNorm backward of x plus
+    // the pass-through dres (null for LN_f) into dres, in place; the LayerNorm output written over
+    // x (backward reads x no more), the operand of the fold's dW GEMM, which the caller runs next
+    // on cuBLASLt; gamma, beta += their gradients from its column partials, and bias_grad, the bias
+    // of the GEMM that produced x (null: the embedding did, which has no bias), += the column sums of dx.
+    void ln_backward_x(const bf16* dz, int N, DeviceOperand w_t, bf16* x, const float* mu_in, const float* rstd_in,
+                       const float* gamma, const float* beta, bool pass_through, float* bias_grad, float* dgamma,
+                       float* dbeta) {
         const int C = cfg.n_embd;
         LnBackwardX<bf16> pr;
         pr.mu = {mu_in}, pr.rstd = {rstd_in}, pr.m1 = {m1_}, pr.m2 = {m2_};
+        pr.gamma = {gamma}, pr.beta = {beta};
         pr.x = {x, {C}}, pr.dres = {pass_through ? dres : nullptr, {C}};
-        pr.xhat_out = {x, {C}}, pr.dx_out = {dres, {C}};
-        pr.bias_grad = {bias_partials};
-        const TileShape s = run(pr, GemmProblem{M, C, N, matrix(dz, N), w_folded_t});
-        if (bias_grad) coda_accumulate_bias_grad(bias_grad, bias_partials, C, n_tiles(M, s.bm), stream);
-    }
-    // Then the dW GEMM, A = xhat^T, B = dz (LnBackwardW): dW += gamma G + beta db, then dgamma,
-    // dbeta += its row partials. w (bf16) and dw (fp32) are the unfolded weight and its gradient,
-    // read through w_layout (wte^T for the LM head).
-    void ln_backward_w(const bf16* xhat, const bf16* dz, int N, const float* gamma, const float* beta, const bf16* w,
-                       Layout w_layout, float* dw, float* dgamma, float* dbeta) {
-        const int C = cfg.n_embd;
-        LnBackwardW<bf16> pr;
-        pr.gamma = {gamma}, pr.beta = {beta}, pr.db = {db_};
-        pr.w = {w, w_layout}, pr.dw = {dw, w_layout};
-        pr.dgamma = {dgamma_partials}, pr.dbeta = {dbeta_partials};
-        const TileShape s = run(pr, GemmProblem{C, N, M, transposed(xhat, C), matrix(dz, N)});
-        coda_accumulate_ln_grads(dgamma, dbeta, dgamma_partials, dbeta_partials, C, n_tiles(N, s.bn), stream);
+        pr.ln_out = {x, {C}}, pr.dx_out = {dres, {C}};
+        pr.bias_grad = {bias_partials}, pr.dgamma = {dgamma_partials}, pr.dbeta = {dbeta_partials};
+        const TileShape s = run(pr, GemmProblem{M, C, N, matrix(dz, N), w_t});
+        coda_ln_backward_finalize(bias_grad, dgamma, dbeta, bias_partials, dgamma_partials, dbeta_partials, C,
+                                  n_tiles(M, s.bm), stream);
     }
 
     double forward(const int* in_host, const int* tgt_host, bool backward_next, float scale) {
@@ -343,9 +341,9 @@ struct GPT2CodaGPU::Impl {
         const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, V = cfg.vocab_size;
         const int Vp = cfg.padded_vocab(), C3 = 3 * C, C4 = 4 * C;
         const size_t MC = (size_t)M * C;
-        bf16* x_final = residual + L * MC;  // becomes LN_f's xhat
+        bf16* x_final = residual + L * MC;  // becomes LN_f's output
         const float *mu_final = mu + (size_t)L * M, *rstd_final = rstd + (size_t)L * M;
-        const Fold lm{lm_folded, lm_c, lm_bf};
+        const Fold lm{lm_folded, lm_c, lm_cb, lm_bf};
 
         // Cross-entropy pass: dz = (softmax - onehot) * grad_scale / (B T) from the logits, written in
         // place, plus the dz-producer partials of the LN_f fold.
@@ -360,18 +358,18 @@ struct GPT2CodaGPU::Impl {
             pr.fold = producer(lm);
             finalize_producer(pass(pr, Vp), Vp, nullptr);
         }
-        // LM head dX GEMM: LN_f backward (nothing passes through) -> dres, xhat over x_L; its column
-        // partials are the last layer's fcproj bias gradient.
-        ln_backward_x(logits, Vp, matrix(lm_folded, C), x_final, mu_final, rstd_final, false,
-                      layer_params(g, L - 1, C).fcproj_b);
-        // LM head dW GEMM (W = wte^T): tied embeddings, so it adds into the wte gradient; its row
-        // partials are the LN_f gamma and beta gradients.
-        ln_backward_w(x_final, logits, Vp, v32.lnf_w, v32.lnf_b, p.wte, {C, true}, g.wte, g.lnf_w, g.lnf_b);
+        // LM head dX GEMM, B = wte (W = wte^T): LN_f backward (nothing passes through) -> dres, LN_f's
+        // output over x_L, the LN_f gamma and beta gradients; its column sums of dres are the last
+        // layer's fcproj bias gradient.
+        ln_backward_x(logits, Vp, matrix(p.wte, C), x_final, mu_final, rstd_final, v32.lnf_w, v32.lnf_b, false,
+                      layer_params(g, L - 1, C).fcproj_b, g.lnf_w, g.lnf_b);
+        // LM head dW GEMM, A = LN_f(x)^T, B = dz (cuBLASLt): tied embeddings, so it adds into the wte gradient.
+        matmul.backward_nt_weight(g.wte, x_final, logits, M, C, Vp, stream);
 
         for (int l = L - 1; l >= 0; l--) {
             const LayerParams<bf16> w = layer_params(p, l, C);
             const LayerParams<float> wv = layer_params(v32, l, C), lg = layer_params(g, l, C);
-            bf16 *x = residual + l * MC, *x_mid_l = x_mid + l * MC;  // each becomes its xhat
+            bf16 *x = residual + l * MC, *x_mid_l = x_mid + l * MC;  // each becomes its LayerNorm's output
             const float *mu_l = mu + (size_t)l * M, *rstd_l = rstd + (size_t)l * M;
             const bf16 *qkv_l = qkv + l * 3 * MC, *y_l = y + l * MC, *f_l = f_of(l);
             const float *mu_mid_l = mu_mid + (size_t)l * M, *rstd_mid_l = rstd_mid + (size_t)l * M;
@@ -395,11 +393,12 @@ struct GPT2CodaGPU::Impl {
             // 2. dW_p GEMM, A = g^T, B = dres (cuBLASLt). (The fcproj bias gradient was taken from the
             //    column partials of the epilogue that produced dres: step 9 above, or the LM head dX GEMM.)
             matmul.backward_weight(lg.fcproj_w, g_buf, dres, M, C4, C, stream);
-            // 3. dX GEMM, A = df, B = W~fc^T: LN2 backward + dres pass-through -> dres' (in place),
-            //    xhat over x'; column partials -> proj bias gradient
-            ln_backward_x(df, C4, transposed(ff.w_folded, C4), x_mid_l, mu_mid_l, rstd_mid_l, true, lg.proj_b);
-            // 4. dW_fc GEMM, A = xhat^T, B = df, folded (gamma2, beta2)
-            ln_backward_w(x_mid_l, df, C4, wv.ln2_w, wv.ln2_b, w.fc_w, {C4}, lg.fc_w, lg.ln2_w, lg.ln2_b);
+            // 3. dX GEMM, A = df, B = Wfc^T: LN2 backward + dres pass-through -> dres' (in place),
+            //    LN2's output over x'; column partials -> proj bias, gamma2 and beta2 gradients
+            ln_backward_x(df, C4, transposed(w.fc_w, C4), x_mid_l, mu_mid_l, rstd_mid_l, wv.ln2_w, wv.ln2_b, true,
+                          lg.proj_b, lg.ln2_w, lg.ln2_b);
+            // 4. dW_fc GEMM, A = LN2(x')^T, B = df (cuBLASLt)
+            matmul.backward_weight(lg.fc_w, x_mid_l, df, M, C, C4, stream);
             // 5. dY GEMM, A = dres', B = Wo^T -> dy (cuBLASLt)
             matmul.backward_input(dy, dres, w.proj_w, M, C, C, /*accumulate=*/false, stream);
             // 6. dW_o GEMM, A = y^T, B = dres' (cuBLASLt)
@@ -415,12 +414,13 @@ struct GPT2CodaGPU::Impl {
                 pr.fold = producer(qf);
                 finalize_producer(pass(pr, C3), C3, lg.qkv_b);
             }
-            // 9. dX GEMM, A = dqkv, B = W~qkv^T: LN1 backward + dres' pass-through -> dres for the
-            //    layer below (in place), xhat over x; column partials -> that layer's fcproj bias gradient
-            ln_backward_x(dqkv, C3, transposed(qf.w_folded, C3), x, mu_l, rstd_l, true,
-                          l > 0 ? layer_params(g, l - 1, C).fcproj_b : nullptr);
-            // 10. dW_qkv GEMM, A = xhat^T, B = dqkv, folded (gamma1, beta1)
-            ln_backward_w(x, dqkv, C3, wv.ln1_w, wv.ln1_b, w.qkv_w, {C3}, lg.qkv_w, lg.ln1_w, lg.ln1_b);
+            // 9. dX GEMM, A = dqkv, B = Wqkv^T: LN1 backward + dres' pass-through -> dres for the
+            //    layer below (in place), LN1's output over x; column partials -> gamma1 and beta1
+            //    gradients and that layer's fcproj bias gradient
+            ln_backward_x(dqkv, C3, transposed(w.qkv_w, C3), x, mu_l, rstd_l, wv.ln1_w, wv.ln1_b, true,
+                          l > 0 ? layer_params(g, l - 1, C).fcproj_b : nullptr, lg.ln1_w, lg.ln1_b);
+            // 10. dW_qkv GEMM, A = LN1(x)^T, B = dqkv (cuBLASLt)
+            matmul.backward_weight(lg.qkv_w, x, dqkv, M, C, C3, stream);
             // Layer l's gradients are complete: its fcproj bias gradient came from step 9 of layer
             // l+1 (for the last layer, from the LM head dX GEMM), the rest from this iteration.
             state->layer_grads_done(l);

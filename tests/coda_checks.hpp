@@ -493,87 +493,59 @@ void check_cross_entropy_gradient(R& run, const Case& c) {
     out.check("dlogits", to_double(logits), z, lm_head, run.tol(0));
 }
 
-// dX GEMM: A = dz [M, N], B = W~^T (W~ is [K, N]); output [M, K], and xhat [M, K]. Without the
-// pass-through, xhat is written over x (in place, as the trainer does).
+// dX GEMM: A = dz [M, N], B = W^T (the unfolded W is [K, N]); output [M, K], the LayerNorm output
+// [M, K] and three column partials. Without the pass-through, the LayerNorm output is written over
+// x (in place, as the trainer does).
 template <class R>
 void check_ln_backward_x(R& run, const Case& c) {
     const int M = c.M, K = c.K, N = c.N;
     Rng rng(16);
     const Residual x(rng, M, K);
     const FoldedLinear lin(rng, K, N);
+    const std::vector<bf16> w = to_act<bf16>(lin.w);
+    const std::vector<float> gamma = to_floats(lin.gamma), beta = to_floats(lin.beta);
     const std::vector<bf16> dz = random_act<bf16>(rng, (size_t)M * N), dres = random_act<bf16>(rng, (size_t)M * K);
     const std::vector<float> m1 = random_floats(rng, M, 0.1), m2 = random_floats(rng, M, 0.1);
-    const HostGemm gemm{M, K, N, &dz, {N}, &lin.w_folded, {N, true}};
+    const HostGemm gemm{M, K, N, &dz, {N}, &w, {N, true}};
     const int tiles_m = n_tiles(M, run.template shape<LnBackwardX<>>(gemm).bm);
-    const Vec acc = matmul(to_double(dz), to_double(lin.w_folded), M, N, K, false, true), xv = to_double(x.x),
-              dr = to_double(dres);
+    const Vec acc = matmul(to_double(dz), lin.w, M, N, K, false, true), xv = to_double(x.x), dr = to_double(dres);
     for (const bool pass_through : {true, false}) {
         std::vector<bf16> dx = nan_filled<bf16>((size_t)M * K), x_in_place = x.x;
-        std::vector<bf16> xhat = pass_through ? nan_filled<bf16>((size_t)M * K) : std::vector<bf16>{};
-        std::vector<float> bias_grad = partials(tiles_m, K, 1);
+        std::vector<bf16> ln = pass_through ? nan_filled<bf16>((size_t)M * K) : std::vector<bf16>{};
+        std::vector<float> bias_grad = partials(tiles_m, K, 1), dgamma = bias_grad, dbeta = bias_grad;
         LnBackwardX<> p;
         p.mu = {run.at(x.mu)}, p.rstd = {run.at(x.rstd)}, p.m1 = {run.at(m1)}, p.m2 = {run.at(m2)};
+        p.gamma = {run.at(gamma)}, p.beta = {run.at(beta)};
         if (pass_through) {
-            p.x = {run.at(x.x), {K}}, p.xhat_out = {run.at(xhat), {K}};
+            p.x = {run.at(x.x), {K}}, p.ln_out = {run.at(ln), {K}};
             p.dres = {run.at(dres), {K}};
         } else {
-            p.x = {run.at(std::as_const(x_in_place)), {K}}, p.xhat_out = {run.at(x_in_place), {K}};
+            p.x = {run.at(std::as_const(x_in_place)), {K}}, p.ln_out = {run.at(x_in_place), {K}};
         }
         p.dx_out = {run.at(dx), {K}};
-        p.bias_grad = {run.at(bias_grad)};
+        p.bias_grad = {run.at(bias_grad)}, p.dgamma = {run.at(dgamma)}, p.dbeta = {run.at(dbeta)};
         run.run(p, gemm);
 
-        Vec ref(acc.size()), xhat_ref(acc.size()), db(K, 0.0), db_mag(K, 0.0);
+        Vec ref(acc.size()), ln_ref(acc.size()), db(K, 0.0), db_mag(K, 0.0), dg(K, 0.0), dg_mag(K, 0.0),
+            dbt(K, 0.0), dbt_mag(K, 0.0);
         for (int i = 0; i < M; i++)
             for (int k = 0; k < K; k++) {
                 const size_t ik = (size_t)i * K + k;
-                const double r = x.stats.rstd[i];
-                xhat_ref[ik] = (xv[ik] - x.stats.mu[i]) * r;
-                ref[ik] = r * (acc[ik] - m1[i] - xhat_ref[ik] * m2[i]) + (pass_through ? dr[ik] : 0.0);
+                const double r = x.stats.rstd[i], xhat = (xv[ik] - x.stats.mu[i]) * r;
+                ln_ref[ik] = xhat * lin.gamma[k] + lin.beta[k];
+                ref[ik] = r * (lin.gamma[k] * acc[ik] - m1[i] - xhat * m2[i]) + (pass_through ? dr[ik] : 0.0);
                 db[k] += ref[ik], db_mag[k] += std::fabs(ref[ik]);
+                dg[k] += xhat * acc[ik], dg_mag[k] += std::fabs(xhat * acc[ik]);
+                dbt[k] += acc[ik], dbt_mag[k] += std::fabs(acc[ik]);
             }
-        const std::string tag = pass_through ? " + dres" : ", xhat in place";
-        expect_rounded("dx = r (acc - m1 - xhat m2)" + tag, dx, ref, run.tol(N));
-        expect_rounded(pass_through ? "xhat = (x - mu) r" : "xhat = (x - mu) r, over x", pass_through ? xhat : x_in_place,
-                       xhat_ref, run.tol(0));
+        const std::string tag = pass_through ? " + dres" : ", LN(x) in place";
+        expect_rounded("dx = r (gamma acc - m1 - xhat m2)" + tag, dx, ref, run.tol(N));
+        expect_rounded(pass_through ? "LN(x) = xhat gamma + beta" : "LN(x) = xhat gamma + beta, over x",
+                       pass_through ? ln : x_in_place, ln_ref, run.tol(0));
         expect_sum("bias grad = sum_i dx" + tag, col_sums(bias_grad, K, tiles_m), db, db_mag, run.tol(N));
+        expect_sum("dgamma = sum_i xhat acc" + tag, col_sums(dgamma, K, tiles_m), dg, dg_mag, run.tol(N));
+        expect_sum("dbeta = sum_i acc" + tag, col_sums(dbeta, K, tiles_m), dbt, dbt_mag, run.tol(N));
     }
-}
-
-// dW GEMM: A = xhat^T (xhat is [T, K] tokens x channels), B = dz [T, N]; output [K, N] accumulated.
-// Here the GEMM's M is the channel count K of the case and its reduction the token count M.
-// W: the type of the unfolded weight the program reads (fp32 master on the CPU, bf16 on the GPU).
-template <class W = float, class R>
-void check_ln_backward_w(R& run, const Case& c) {
-    const int T = c.M, K = c.K, N = c.N;
-    Rng rng(17);
-    const std::vector<bf16> xhat = random_act<bf16>(rng, (size_t)T * K), dz = random_act<bf16>(rng, (size_t)T * N, 0.1);
-    const std::vector<float> gamma = random_floats(rng, K, 0.1, 1.0), beta = random_floats(rng, K, 0.1),
-                             db = random_floats(rng, N, 0.1);
-    const std::vector<W> w = to_act<W>(to_double(random_floats(rng, (size_t)K * N, 1 / std::sqrt(K))));
-    const HostGemm gemm{K, N, T, &xhat, {K, true}, &dz, {N}};
-    const int tiles_n = n_tiles(N, run.template shape<LnBackwardW<W>>(gemm).bn);
-    std::vector<float> dw = random_floats(rng, (size_t)K * N, 0.01), dgamma = partials(K, tiles_n, 1), dbeta = dgamma;
-    const Vec dw_before = to_double(dw);
-    LnBackwardW<W> p;
-    p.gamma = {run.at(gamma)}, p.beta = {run.at(beta)}, p.db = {run.at(db)};
-    p.w = {run.at(w), {N}};
-    p.dw = {run.at(dw), {N}};
-    p.dgamma = {run.at(dgamma)}, p.dbeta = {run.at(dbeta)};
-    run.run(p, gemm);
-
-    const Vec G = matmul(to_double(xhat), to_double(dz), K, T, N, true), w64 = to_double(w);
-    Vec dw_ref(G.size()), dg(K, 0.0), db_ref(K, 0.0), dg_mag(K, 0.0), db_mag(K, 0.0);
-    for (int k = 0; k < K; k++)
-        for (int j = 0; j < N; j++) {
-            const size_t kj = (size_t)k * N + j;
-            dw_ref[kj] = dw_before[kj] + gamma[k] * G[kj] + (double)beta[k] * db[j];
-            dg[k] += w64[kj] * G[kj], dg_mag[k] += std::fabs(w64[kj] * G[kj]);
-            db_ref[k] += w64[kj] * db[j], db_mag[k] += std::fabs(w64[kj] * db[j]);
-        }
-    expect_fp32("dW += gamma G + beta db", to_double(dw), dw_ref, run.tol(T));
-    expect_sum("dgamma = sum_j W G", row_sums(dgamma, K, tiles_n), dg, dg_mag, run.tol(T));
-    expect_sum("dbeta = sum_j W db", row_sums(dbeta, K, tiles_n), db_ref, db_mag, run.tol(T));
 }
 
 // The plain GEMMs, every operand layout: out = A B stored (bf16), and dW += A B accumulated (fp32).

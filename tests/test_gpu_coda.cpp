@@ -179,17 +179,14 @@ TEST(CodaFinalize, RowKernelsMergeInTheHostOrder) {
         for (float& x : target) x = (float)rng.normal();
         DeviceBuffer<float> d_welford(welford.size()), d_lse(lse.size()), d_sums(n), d_target(M);
         d_welford.upload(welford), d_lse.upload(lse), d_sums.upload(sums), d_target.upload(target);
-        DeviceBuffer<float> mu(M), rstd(M), lse_out(M), loss(M), m1(M), m2(M), dgamma(M), dbeta(M);
+        DeviceBuffer<float> mu(M), rstd(M), lse_out(M), loss(M), m1(M), m2(M);
         for (auto* b : {&mu, &rstd, &lse_out, &loss, &m1, &m2}) b->poison();
-        const std::vector<float> ones(M, 1.f);
-        dgamma.upload(ones), dbeta.upload(ones);
         coda_row_stats(mu, rstd, d_welford, M, n_tiles, 0);
         coda_token_loss(lse_out, loss, d_lse, d_target, M, n_tiles, 0);
         coda_fold_gradient_finalize(m1, m2, nullptr, nullptr, d_sums, d_sums, nullptr, M, 0, K, n_tiles, 0, 0);
-        coda_accumulate_ln_grads(dgamma, dbeta, d_sums, d_sums, M, n_tiles, 0);
         CUDA_CHECK(cudaDeviceSynchronize());
         const auto h_mu = mu.download(), h_rstd = rstd.download(), h_lse = lse_out.download(), h_loss = loss.download();
-        const auto h_m1 = m1.download(), h_m2 = m2.download(), h_dgamma = dgamma.download(), h_dbeta = dbeta.download();
+        const auto h_m1 = m1.download(), h_m2 = m2.download();
         for (int i = 0; i < M; i++) {
             const coda::RowStats rs = coda::finalize_row_stats(welford.data(), i, n_tiles);
             EXPECT_NEAR(h_mu[i], rs.mu, 1e-6 * std::fabs(rs.mu)) << "row " << i;
@@ -197,17 +194,47 @@ TEST(CodaFinalize, RowKernelsMergeInTheHostOrder) {
             const coda::TokenLoss tl = coda::finalize_loss(lse.data(), i, n_tiles, target[i]);
             EXPECT_NEAR(h_lse[i], tl.lse, 1e-6 * std::fabs(tl.lse)) << "row " << i;
             EXPECT_NEAR(h_loss[i], tl.loss, 1e-6 * std::fabs(tl.lse)) << "row " << i;
-            const float sum = coda::finalize_row_sum(sums.data(), i, n_tiles);
             EXPECT_EQ(h_m1[i], coda::finalize_row_sum(sums.data(), i, n_tiles, 1.f / K)) << "row " << i;
             EXPECT_EQ(h_m2[i], h_m1[i]) << "row " << i;
-            EXPECT_EQ(h_dgamma[i], 1.f + sum) << "row " << i;
-            EXPECT_EQ(h_dbeta[i], 1.f + sum) << "row " << i;
+        }
+    }
+}
+
+// LnBackwardX's column finalize (a thread per group of M-tiles, then the groups in order) adds each
+// column's sum in the host's order (coda::merge_col): the same bits. Columns: 1700, not a whole
+// number of blocks; partials a column: 1 to 128 (16384 tokens), fewer than the groups in the first.
+// The three arrays differ, so a mixed-up pointer shows; bias_grad may be null.
+TEST(CodaFinalize, LnBackwardColumnSumsMergeInTheHostOrder) {
+    REQUIRE_GPU();
+    constexpr int N = 1700;
+    Rng rng(42);
+    for (int n_tiles : {1, 5, 13, 128}) {
+        SCOPED_TRACE("n_tiles " + std::to_string(n_tiles));
+        std::vector<std::vector<float>> parts(3, std::vector<float>((size_t)n_tiles * N));
+        for (auto& p : parts)
+            for (float& x : p) x = (float)rng.normal();
+        DeviceBuffer<float> bias_parts(parts[0].size()), dgamma_parts(parts[1].size()), dbeta_parts(parts[2].size());
+        bias_parts.upload(parts[0]), dgamma_parts.upload(parts[1]), dbeta_parts.upload(parts[2]);
+        std::vector<float> start(N);
+        for (float& x : start) x = (float)rng.normal();
+        for (const bool with_bias : {true, false}) {
+            DeviceBuffer<float> bias(N), dgamma(N), dbeta(N);
+            bias.upload(start), dgamma.upload(start), dbeta.upload(start);
+            coda_ln_backward_finalize(with_bias ? (float*)bias : nullptr, dgamma, dbeta, bias_parts, dgamma_parts,
+                                      dbeta_parts, N, n_tiles, 0);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const std::vector<float> got[3] = {bias.download(), dgamma.download(), dbeta.download()};
+            for (int a = 0; a < 3; a++)
+                for (int j = 0; j < N; j++) {
+                    const float want = a == 0 && !with_bias ? start[j] : start[j] + coda::finalize_col_sum(parts[a].data(), j, n_tiles, N);
+                    ASSERT_EQ(got[a][j], want) << "array " << a << " column " << j << (with_bias ? "" : ", bias_grad null");
+                }
         }
     }
 }
 
 // The LayerNorm fold against the textbook: W~ = bf16(gamma W) element for element, c the column
-// sums of that bf16 W~ and b~ = beta W + b against fp64, for W stored row-major (16-byte vectors
+// sums of that bf16 W~, c_bwd those of gamma W unrounded and b~ = beta W + b against fp64, for W stored row-major (16-byte vectors
 // of 8 columns: N = 200 leaves the last block of 256 columns part empty) and as W^T (the LM head),
 // two layers; outputs poisoned. A row-major N that is no multiple of 8 is refused.
 TEST(CodaFold, BothLayoutsAgainstTheTextbook) {
@@ -217,35 +244,38 @@ TEST(CodaFold, BothLayoutsAgainstTheTextbook) {
     const std::vector<float> gamma = random_bf16_values((size_t)L * K, 44, 0.2f, 1.f);
     const std::vector<float> beta = random_bf16_values((size_t)L * K, 45, 0.1f), b = random_bf16_values((size_t)L * N, 46, 0.1f);
     DeviceBuffer<bf16> d_w(w.size()), folded(w.size());
-    DeviceBuffer<float> d_gamma(gamma.size()), d_beta(beta.size()), d_b(b.size()), c(L * N), b_folded(L * N);
+    DeviceBuffer<float> d_gamma(gamma.size()), d_beta(beta.size()), d_b(b.size()), c(L * N), c_bwd(L * N), b_folded(L * N);
     d_gamma.upload(gamma), d_beta.upload(beta), d_b.upload(b);
     for (bool transposed : {false, true}) {
         SCOPED_TRACE(transposed ? "W^T [N, K]" : "W [K, N]");
         auto at = [&](int l, int k, int j) { return (size_t)l * K * N + (transposed ? (size_t)j * K + k : (size_t)k * N + j); };
         d_w.upload(to_bf16(w));
-        for (auto* buf : {&c, &b_folded}) buf->poison();
+        for (auto* buf : {&c, &c_bwd, &b_folded}) buf->poison();
         folded.poison();
-        coda_fold_layernorm(folded, c, b_folded, d_w, transposed, d_gamma, d_beta, d_b, K, N, L, 0);
+        coda_fold_layernorm(folded, c, c_bwd, b_folded, d_w, transposed, d_gamma, d_beta, d_b, K, N, L, 0);
         CUDA_CHECK(cudaDeviceSynchronize());
         const std::vector<float> h_folded = to_float(folded.download());
-        const std::vector<float> h_c = c.download(), h_b = b_folded.download();
+        const std::vector<float> h_c = c.download(), h_cb = c_bwd.download(), h_b = b_folded.download();
         for (int l = 0; l < L; l++)
             for (int j = 0; j < N; j++) {
-                double sum_c = 0, abs_c = 0, sum_b = b[l * N + j], abs_b = std::fabs(sum_b);
+                double sum_c = 0, abs_c = 0, sum_cb = 0, abs_cb = 0, sum_b = b[l * N + j], abs_b = std::fabs(sum_b);
                 for (int k = 0; k < K; k++) {
+                    const double gw = (double)gamma[l * K + k] * w[at(l, k, j)];
                     const float expect = bf16_round(gamma[l * K + k] * w[at(l, k, j)]);
                     ASSERT_EQ(h_folded[at(l, k, j)], expect) << "layer " << l << " k " << k << " j " << j;
                     sum_c += expect, abs_c += std::fabs(expect);
+                    sum_cb += gw, abs_cb += std::fabs(gw);
                     sum_b += (double)beta[l * K + k] * w[at(l, k, j)], abs_b += std::fabs(beta[l * K + k] * w[at(l, k, j)]);
                 }
                 // fp32 sums of K + 1 terms: within (K + 1) 2^-24 of the sum of magnitudes; a term
                 // missing or wrong moves them by ~1/K of it
                 const double tol = (K + 1) * std::ldexp(1.0, -24);
                 EXPECT_NEAR(h_c[l * N + j], sum_c, tol * abs_c) << "layer " << l << " column " << j;
+                EXPECT_NEAR(h_cb[l * N + j], sum_cb, tol * abs_cb) << "layer " << l << " column " << j;
                 EXPECT_NEAR(h_b[l * N + j], sum_b, tol * abs_b) << "layer " << l << " column " << j;
             }
     }
-    EXPECT_TRUE(mentions(error_of([&] { coda_fold_layernorm(folded, c, b_folded, d_w, false, d_gamma, d_beta, d_b, K, 196, 1, 0); }),
+    EXPECT_TRUE(mentions(error_of([&] { coda_fold_layernorm(folded, c, c_bwd, b_folded, d_w, false, d_gamma, d_beta, d_b, K, 196, 1, 0); }),
                          "multiple of 8"));
 }
 
