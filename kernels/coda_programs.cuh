@@ -231,6 +231,10 @@ struct QkvGradient {
 // is written, by the same thread): backward needs x no more once its LayerNorm output is stored.
 template <class Act = bf16>
 struct LnBackwardX : NoRowPartials {
+    // Three column partials beside the 128 x 320 tile's 160 accumulators: the 1.5B LM head's dX
+    // (K = 50304, where the plan would pick that tile) took 6.63 ms a step there against 3.75 with
+    // one partial (abb5321, bench/NOTES_gemm_sm90.md, twenty-sixth session); ping-pong instead.
+    static constexpr bool kNoWideTile = true;
     RowVec mu, rstd, m1, m2;
     ColVec gamma, beta;
     LoadTile<Act> x, dres;

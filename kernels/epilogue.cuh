@@ -89,6 +89,12 @@ template <class P, class = void>
 constexpr bool wide_tile_pays = false;
 template <class P>
 constexpr bool wide_tile_pays<P, decltype((void)P::kWideTile)> = P::kWideTile;
+// P::kNoWideTile where the program declares it, else false: the plan never gives it the 128 x 320
+// tile (whose epilogue it would spill: LnBackwardX's three column partials beside 160 accumulators).
+template <class P, class = void>
+constexpr bool wide_tile_refused = false;
+template <class P>
+constexpr bool wide_tile_refused<P, decltype((void)P::kNoWideTile)> = P::kNoWideTile;
 
 // ---------------------------------------------------------------- bf16 storage
 #ifdef __CUDACC__

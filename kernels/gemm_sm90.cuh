@@ -924,7 +924,8 @@ inline std::optional<Tile> forced_tile() {
 // wide_program: the program declares that the 128 x 320 tile pays for it (wide_tile_pays): where
 // K is long (kWideProgramMinKBlocks) its epilogue costs as much on ping-pong as unhidden on the
 // wide tile, so the wide tile's epilogue term (kWideEpilogueKBlocks) is left out of its cost.
-inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = false) {
+// wide_refused: the program declares that it must not run on the 128 x 320 tile (wide_tile_refused).
+inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = false, bool wide_refused = false) {
     // Estimated time ~ (work units per CTA) * tile area * cost per element of the configuration
     // * (k-blocks per unit, plus the partial's cost when split). Splitting K pays where the tiles
     // are too few to fill the SMs evenly (the weight gradients' small outputs with K = B*T).
@@ -938,6 +939,7 @@ inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = fa
         // Clusters: measured only where asked for (CODAGPT_GEMM_TILE, bench_gemm --sweep), as they
         // ran no faster than pp128x128 on the 1.5B shapes, sustained or not, nor in the 1.5B step.
         if (!forced && tile_cluster(t) > 1) continue;
+        if (!forced && wide_refused && tile_n(t) == 320) continue;
         const int max_splits = tile_cluster(t) > 1 ? 1 : kMaxSplits;  // clusters do not split K
         for (int s = 1; s <= max_splits; s++) {
             const int per_split = split_k_blocks(k_blocks, s);
@@ -1132,7 +1134,7 @@ inline bool available() {
 // The plan gemm() runs program type P on `prob` with (P = void: the plan by shape alone).
 template <class P = void>
 detail::Plan plan(const GemmProblem& prob) {
-    return detail::choose_plan(prob, detail::device_info().sms, wide_tile_pays<P>);
+    return detail::choose_plan(prob, detail::device_info().sms, wide_tile_pays<P>, wide_tile_refused<P>);
 }
 // The tile shape and lane split gemm() uses for P on `prob` (callers size partials buffers from it).
 template <class P = void>

@@ -452,6 +452,18 @@ TEST(GpuGemm, ResidualForwardTakesTheWideTileOnThe1600WideOutputsWhereKIsLong) {
     EXPECT_NE(tile(3328, 1600, 3136, true), sm90::Tile::k128x320);
 }
 
+// LnBackwardX refuses the wide tile (its three column partials beside 160 accumulators): the 1.5B
+// LM head's dX (K = 50304), which the plan by shape puts on it, goes to another tile when refused.
+TEST(GpuGemm, LnBackwardXRefusesTheWideTile) {
+    EXPECT_TRUE(wide_tile_refused<LnBackwardX<>>);
+    EXPECT_FALSE(wide_tile_refused<ResidualForward<>>);
+    EXPECT_FALSE(wide_tile_refused<GeluBackward<>>);
+    EXPECT_FALSE(wide_tile_refused<void>);
+    const GemmProblem lm_head_dx{16384, 1600, 50304, {}, {}};
+    EXPECT_EQ(sm90::detail::choose_plan(lm_head_dx, 132).tile, sm90::Tile::k128x320);
+    EXPECT_NE(sm90::detail::choose_plan(lm_head_dx, 132, false, true).tile, sm90::Tile::k128x320);
+}
+
 // The same end to end: partials sized from gemm_tile_shape<ResidualForward> on a problem whose
 // plan is the wide tile (26 M-tiles x 5 for 132 SMs, K at the threshold), checked against fp64.
 TEST(GpuGemm, ResidualForwardOnItsPlan) {
