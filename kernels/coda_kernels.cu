@@ -158,9 +158,9 @@ __device__ void block_col_sums(const float* const (&partials)[kArrays], int j0, 
         sum[a] = g == 0 ? coda::combine_col_groups<coda::Sum>([&](int h) { return groups[a][h][c]; }).s : 0.f;
 }
 
-// Blocks 0 .. col_blocks-1 take kColsPerBlock columns each, the others the rows (`lanes` threads each):
-// the column blocks, with the most work, start first.
-__global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, float* bias_grad, const float* m1_partials,
+// Blocks 0 .. col_blocks-1 take kColsPerBlock columns each (none where there is no bias gradient),
+// the others the rows (`lanes` threads each): the column blocks, with the most work, start first.
+__global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* bias_grad, const float* m1_partials,
                                               const float* m2_partials, const float* db_partials, int M, int N, int K,
                                               int tiles_n, int tiles_m, int col_blocks, int lanes) {
     if ((int)blockIdx.x >= col_blocks) {
@@ -173,9 +173,7 @@ __global__ void finalize_fold_gradient_kernel(float* m1, float* m2, float* db, f
     const int j0 = blockIdx.x * kColsPerBlock, j = j0 + threadIdx.x;
     float sums[1];
     block_col_sums<1>({db_partials}, j0, tiles_m, N, sums);
-    if ((int)threadIdx.x >= kColsPerBlock || j >= N) return;
-    db[j] = sums[0];
-    if (bias_grad) bias_grad[j] += sums[0];
+    if ((int)threadIdx.x < kColsPerBlock && j < N) bias_grad[j] += sums[0];
 }
 
 __global__ void finalize_ln_backward_kernel(float* bias_grad, float* dgamma, float* dbeta, const float* bias_partials,
@@ -229,12 +227,12 @@ void coda_token_loss(float* lse, float* loss, const float* partials, const float
     CUDA_CHECK_LAUNCH(finalize_loss_kernel);
 }
 
-void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* bias_grad, const float* m1_partials,
+void coda_fold_gradient_finalize(float* m1, float* m2, float* bias_grad, const float* m1_partials,
                                  const float* m2_partials, const float* db_partials, int M, int N, int K, int tiles_n,
                                  int tiles_m, cudaStream_t stream) {
-    const int col_blocks = ceil_div(N, kColsPerBlock), lanes = row_lanes(tiles_n);
+    const int col_blocks = bias_grad ? ceil_div(N, kColsPerBlock) : 0, lanes = row_lanes(tiles_n);
     finalize_fold_gradient_kernel<<<col_blocks + ceil_div(M, kThreads / lanes), kThreads, 0, stream>>>(
-        m1, m2, db, bias_grad, m1_partials, m2_partials, db_partials, M, N, K, tiles_n, tiles_m, col_blocks, lanes);
+        m1, m2, bias_grad, m1_partials, m2_partials, db_partials, M, N, K, tiles_n, tiles_m, col_blocks, lanes);
     CUDA_CHECK_LAUNCH(finalize_fold_gradient_kernel);
 }
 

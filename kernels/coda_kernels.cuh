@@ -33,9 +33,9 @@ void coda_token_loss(float* lse, float* loss, const float* partials, const float
                      cudaStream_t stream);
 
 // The finalize of a dz producer (FoldGradient) of a folded GEMM with M tokens, N outputs and K
-// inputs: m1, m2 = row sums / K; db = column sums; bias_grad (may be null) += db, the bias
-// gradient of the folded GEMM.
-void coda_fold_gradient_finalize(float* m1, float* m2, float* db, float* bias_grad, const float* m1_partials,
+// inputs: m1, m2 = row sums / K; bias_grad, the bias gradient of the folded GEMM, += the column
+// sums db (null: no bias, the LM head; the columns are then not summed).
+void coda_fold_gradient_finalize(float* m1, float* m2, float* bias_grad, const float* m1_partials,
                                  const float* m2_partials, const float* db_partials, int M, int N, int K, int tiles_n,
                                  int tiles_m, cudaStream_t stream);
 

@@ -75,11 +75,11 @@ struct FoldGradientBuffers {
     int M, N, K;
     TileShape shape;
     std::vector<float> m1_partials, m2_partials, db_partials;
-    std::vector<float> m1, m2, db;
+    std::vector<float> m1, m2;
 
     FoldGradientBuffers(int M_, int N_, int K_, const TileShape& s)
         : M(M_), N(N_), K(K_), shape(s), m1_partials((size_t)M * n_tiles(N, s.bn)), m2_partials(m1_partials.size()),
-          db_partials((size_t)n_tiles(M, s.bm) * N), m1(M), m2(M), db(N) {}
+          db_partials((size_t)n_tiles(M, s.bm) * N), m1(M), m2(M) {}
 
     FoldGradient<float> producer(const FoldedWeights& fold) {
         FoldGradient<float> p;
@@ -87,7 +87,7 @@ struct FoldGradientBuffers {
         p.m1 = {m1_partials.data()}, p.m2 = {m2_partials.data()}, p.db = {db_partials.data()};
         return p;
     }
-    // m1, m2 as means over the K inputs of the fold; db as sums over the M tokens, also added into
+    // m1, m2 as means over the K inputs of the fold; db, the sums over the M tokens, added into
     // bias_grad, the folded GEMM's bias gradient (null for the LM head, which has no bias).
     void finalize(float* bias_grad) {
         const int tiles_n = n_tiles(N, shape.bn), tiles_m = n_tiles(M, shape.bm);
@@ -95,10 +95,8 @@ struct FoldGradientBuffers {
             m1[i] = finalize_row_sum(m1_partials.data(), i, tiles_n, 1.f / K);
             m2[i] = finalize_row_sum(m2_partials.data(), i, tiles_n, 1.f / K);
         }
-        for (int j = 0; j < N; j++) {
-            db[j] = finalize_col_sum(db_partials.data(), j, tiles_m, N);
-            if (bias_grad) bias_grad[j] += db[j];
-        }
+        if (bias_grad)
+            for (int j = 0; j < N; j++) bias_grad[j] += finalize_col_sum(db_partials.data(), j, tiles_m, N);
     }
 };
 

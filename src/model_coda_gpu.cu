@@ -94,7 +94,7 @@ struct GPT2CodaGPU::Impl {
     // epilogue partials and their finalized values
     float *stats_partials, *lse_partials;           // Welford [M, tiles(C), 3]; (max, sum-exp) [M, tiles(Vp), 2]
     float *m1_partials, *m2_partials, *db_partials;  // [M, tiles(Vp)]; [tiles(M), Vp]
-    float *m1_, *m2_, *db_;                          // [M]; [Vp]
+    float *m1_, *m2_;                                // [M]
     float *bias_partials, *dgamma_partials, *dbeta_partials;  // [tiles(M), C]
     int *inputs, *targets;
     bool backward_ready = false;
@@ -165,7 +165,6 @@ struct GPT2CodaGPU::Impl {
         db_partials = mem.alloc<float>(tiles_m * Vp);
         m1_ = mem.alloc<float>(M);
         m2_ = mem.alloc<float>(M);
-        db_ = mem.alloc<float>(Vp);
         bias_partials = mem.alloc<float>(tiles_m * C);
         dgamma_partials = mem.alloc<float>(tiles_m * C);
         dbeta_partials = mem.alloc<float>(tiles_m * C);
@@ -234,7 +233,7 @@ struct GPT2CodaGPU::Impl {
         return pr;
     }
     void finalize_producer(const TileShape& s, int N, float* bias_grad) {
-        coda_fold_gradient_finalize(m1_, m2_, db_, bias_grad, m1_partials, m2_partials, db_partials, M, N, cfg.n_embd,
+        coda_fold_gradient_finalize(m1_, m2_, bias_grad, m1_partials, m2_partials, db_partials, M, N, cfg.n_embd,
                                     n_tiles(N, s.bn), n_tiles(M, s.bm), stream);
     }
 

@@ -183,7 +183,7 @@ TEST(CodaFinalize, RowKernelsMergeInTheHostOrder) {
         for (auto* b : {&mu, &rstd, &lse_out, &loss, &m1, &m2}) b->poison();
         coda_row_stats(mu, rstd, d_welford, M, n_tiles, 0);
         coda_token_loss(lse_out, loss, d_lse, d_target, M, n_tiles, 0);
-        coda_fold_gradient_finalize(m1, m2, nullptr, nullptr, d_sums, d_sums, nullptr, M, 0, K, n_tiles, 0, 0);
+        coda_fold_gradient_finalize(m1, m2, nullptr, d_sums, d_sums, nullptr, M, 0, K, n_tiles, 0, 0);
         CUDA_CHECK(cudaDeviceSynchronize());
         const auto h_mu = mu.download(), h_rstd = rstd.download(), h_lse = lse_out.download(), h_loss = loss.download();
         const auto h_m1 = m1.download(), h_m2 = m2.download();
