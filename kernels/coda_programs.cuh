@@ -92,6 +92,9 @@ struct ResidualForward : NoColPartials {
     // forward (K = 1600) lost, 8.51 -> 8.74, and stays on ping-pong (kWideProgramMinKBlocks,
     // bench/NOTES_gemm_sm90.md, nineteenth and twentieth sessions).
     static constexpr bool kWideTile = true;
+    // Its residual tile read two segments ahead: on ping-pong the 1.5B proj forward 1.26-1.28x ->
+    // 1.20-1.22x its plain GEMM (bench_gemm, twenty-seventh session; the 128 x 320 tile keeps one).
+    static constexpr bool kDeepReadAhead = true;
     ColVec bias;
     LoadTile<Act> residual;
     StoreTile<Act> x_out;

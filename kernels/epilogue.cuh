@@ -95,6 +95,15 @@ template <class P, class = void>
 constexpr bool wide_tile_refused = false;
 template <class P>
 constexpr bool wide_tile_refused<P, decltype((void)P::kNoWideTile)> = P::kNoWideTile;
+// P::kDeepReadAhead where the program declares it, else false: the GPU engine reads the program's
+// bf16 tile and row vector inputs two segments ahead instead of one, on tiles of at most 128
+// accumulators a thread (gemm_epilogue.cuh). It pays where a segment's arithmetic is short beside
+// its tile loads (ResidualForward on ping-pong), and costs where the program loads no tile or the
+// tile is 128 x 320 (bench/NOTES_gemm_sm90.md, twenty-seventh session).
+template <class P, class = void>
+constexpr bool deep_read_ahead = false;
+template <class P>
+constexpr bool deep_read_ahead<P, decltype((void)P::kDeepReadAhead)> = P::kDeepReadAhead;
 
 // ---------------------------------------------------------------- bf16 storage
 #ifdef __CUDACC__

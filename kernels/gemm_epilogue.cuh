@@ -147,20 +147,29 @@ __device__ inline void words8(const float (&v)[8], uint32_t (&w)[8], float*) {
 }  // namespace detail
 
 // ---------------------------------------------------------------- the element
+// How many segments ahead a thread reads its bf16 tile values and row vector values: 1, or 2 for
+// a program that declares kDeepReadAhead (epilogue.cuh) on a tile of at most 128 accumulators a
+// thread. One segment's arithmetic did not cover the latency of the loads issued for the next one
+// where a program does little per element: Nsight Compute on the H200 (1.5B proj forward,
+// ResidualForward) put 11.5% of the kernel's stall samples on the first use of the words read one
+// segment before (bench/NOTES_gemm_sm90.md, twenty-seventh session). Each segment more costs a
+// register per row vector and 4 per bf16 tile a program loads.
+constexpr int kMaxReadAhead = 2;
+
 // What one thread's segments keep in registers: the current segment's tile words, row values and
-// column values, and the next segment's tile words and row values, read one segment ahead. Column
-// vectors are read once a tile, a value a thread, into shared memory (TileEpilogue), where a
-// segment that starts a half chunk takes its 8 columns' values.
-//   So the segment loop's only global loads are reads ahead (the tile's first segment and the
-// column vectors are read by a PreloadElement before the loop). Measured (Nsight Compute on the
+// column values, and the tile words and row values of the next AHEAD (1 or 2) segments, read
+// ahead. Column vectors are read once a tile, a value a thread, into shared memory (TileEpilogue),
+// where a segment that starts a half chunk takes its 8 columns' values.
+//   So the segment loop's only global loads are reads ahead (the tile's first segments and the
+// column vectors are read by PreloadElements before the loop). Measured (Nsight Compute on the
 // H200, GeluBackward and QkvGradient at 1.5B shapes): where a segment also read its own values
 // (its first of a tile, or column values at a half chunk's start), most stall samples of the
 // epilogue sat at their first use (17% and 45% of the kernels' samples), the loads of the
 // segment ahead having just been issued.
 struct SegmentSlots {
     RegisterSlots loaded[8], stored[8];  // [w]: word w of each tile load / the value of each store's element w
-    RegisterSlots next_loaded[8];        // the same words of the next segment
-    RegisterSlots row, next_row;         // row vector values
+    RegisterSlots ahead_loaded[kMaxReadAhead][8];  // [d][w]: the same words of the segment d + 1 ahead
+    RegisterSlots row, ahead_row[kMaxReadAhead];   // row vector values: this segment's, d + 1 ahead's
     RegisterSlots col[8];                // [e]: column j0 + e's vector values
     RegisterSlots tile_col;              // this thread's column of the tile, before they go to shared memory
 };
@@ -201,19 +210,20 @@ __device__ inline int column_vector_slot(int& counter) {
 // of row i. Tile accesses: element 0's load takes all 8 values, element 7's store writes all 8
 // (the others hand their values over in `slots`); SHARED_TILES (a pass, ZERO_ACC): element 0 takes
 // each loaded 16-bit tile's values from the block's copy of the tile in shared memory (tile s's at
-// tiles + s tile_stride) instead of a read ahead. Element 0 also reads the next segment's (row
-// next_i, columns from next_j; next_i = -1 where there is none) bf16 tile values and row vector
-// values. new_cols: this segment starts a half chunk, and takes its 8 columns' values of each
+// tiles + s tile_stride) instead of a read ahead. Element 0 also reads the bf16 tile values and row
+// vector values of the segment AHEAD segments ahead (row ahead_i, columns from ahead_j; ahead_i =
+// -1 where there is none). new_cols: this segment starts a half chunk, and takes its 8 columns' values of each
 // column vector from the tile's in shared memory (col_vectors). Stores hand over the values
 // unrounded: element 7 rounds and packs them in pairs (the value store() returns is rounded on its
 // own, and costs nothing where the program does not use it). Reading ahead keeps each element's
 // read before its write, so an output may alias an input (ResidualForward's x_out and residual).
-template <bool SHARED_TILES>
+template <bool SHARED_TILES, int AHEAD>
 struct SegmentElement {
+    static_assert(AHEAD >= 1 && AHEAD <= kMaxReadAhead, "segments read ahead");
     float acc;
     int i, j, k;
     bool new_cols;
-    int next_i, next_j;
+    int ahead_i, ahead_j;
     uint32_t col_vectors;  // shared address of column vector 0 at this segment's first column (+ slot * col_stride)
     uint32_t col_stride;
     ElementCounters* counters;
@@ -233,12 +243,17 @@ struct SegmentElement {
                 slots->loaded[0].set(s, v.x), slots->loaded[1].set(s, v.y);
                 slots->loaded[2].set(s, v.z), slots->loaded[3].set(s, v.w);
             } else if constexpr (detail::kReadAhead<T>) {
+                constexpr int kLast = AHEAD - 1;
 #pragma unroll
-                for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, slots->next_loaded[e].get(s));
-                if (next_i >= 0) {
-                    detail::read_segment(p, layout, next_i, next_j, w);
+                for (int e = 0; e < kWords; e++) {
+                    slots->loaded[e].set(s, slots->ahead_loaded[0][e].get(s));
 #pragma unroll
-                    for (int e = 0; e < kWords; e++) slots->next_loaded[e].set(s, __uint_as_float(w[e]));
+                    for (int d = 0; d < kLast; d++) slots->ahead_loaded[d][e].set(s, slots->ahead_loaded[d + 1][e].get(s));
+                }
+                if (ahead_i >= 0) {
+                    detail::read_segment(p, layout, ahead_i, ahead_j, w);
+#pragma unroll
+                    for (int e = 0; e < kWords; e++) slots->ahead_loaded[kLast][e].set(s, __uint_as_float(w[e]));
                 }
             } else {
                 detail::read_segment(p, layout, i, j, w);
@@ -275,8 +290,11 @@ struct SegmentElement {
     __device__ T row_input(const T* v) const {
         const int s = detail::next_slot(counters->row);
         if (k == 0) {
-            slots->row.set(s, slots->next_row.get(s));
-            if (next_i >= 0) slots->next_row.set(s, detail::as_word(load_input(v + next_i)));
+            constexpr int kLast = AHEAD - 1;
+            slots->row.set(s, slots->ahead_row[0].get(s));
+#pragma unroll
+            for (int d = 0; d < kLast; d++) slots->ahead_row[d].set(s, slots->ahead_row[d + 1].get(s));
+            if (ahead_i >= 0) slots->ahead_row[kLast].set(s, detail::as_word(load_input(v + ahead_i)));
         }
         return detail::from_word<T>(slots->row.get(s));
     }
@@ -294,15 +312,16 @@ struct SegmentElement {
     }
 };
 
-// Reads what a thread's first segment of a tile (row i, columns j ... j + 7; i = -1 where it has
-// none) would have had read ahead for it (no tile values with SHARED_TILES: a pass has them in
-// shared memory), and its column `col` of the tile's column vectors (-1: none), once, before the
-// segment loop: run through a program's element() like the others, so its slots are numbered the
-// same way. Nothing else it does or returns is anything (zeros).
+// Reads what a thread's segment d (0 ... AHEAD - 1 of its TileEpilogue, a compile-time constant
+// once unrolled) of a tile (row i, columns j ... j + 7; i = -1 where it has none) would have had read
+// ahead for it (no tile values with SHARED_TILES: a pass has them in shared memory), and its
+// column `col` of the tile's column vectors (-1: none), before the segment loop: run through a
+// program's element() like the others, so its slots are numbered the same way. Nothing else it
+// does or returns is anything (zeros).
 template <bool SHARED_TILES>
 struct PreloadElement {
     float acc = 0.f;
-    int i, j, col;
+    int i, j, col, d;
     ElementCounters* counters;
     SegmentSlots* slots;
 
@@ -314,7 +333,7 @@ struct PreloadElement {
             uint32_t w[8];
             detail::read_segment(p, layout, i, j, w);
 #pragma unroll
-            for (int e = 0; e < detail::kWords8<T>; e++) slots->next_loaded[e].set(s, __uint_as_float(w[e]));
+            for (int e = 0; e < detail::kWords8<T>; e++) slots->ahead_loaded[d][e].set(s, __uint_as_float(w[e]));
         }
         return T{};
     }
@@ -327,7 +346,7 @@ struct PreloadElement {
     template <class T>
     __device__ T row_input(const T* v) const {
         const int s = detail::next_slot(counters->row);
-        if (i >= 0) slots->next_row.set(s, detail::as_word(load_input(v + i)));
+        if (i >= 0) slots->ahead_row[d].set(s, detail::as_word(load_input(v + i)));
         return T{};
     }
     template <class T>
@@ -471,6 +490,9 @@ struct TileEpilogue {
     static constexpr int kChunkCols = 64, kHalfCols = 32, kChunks = kTileCols / kChunkCols;
     static constexpr int kWarpChunks = FN * 8 / kChunkCols;
     static constexpr int kRowsPerPass = kThreads / 4, kPasses = kTileRows / kRowsPerPass;
+    // Segments read ahead (SegmentSlots): two for a program that asks for it, where the tile's
+    // accumulators leave the registers (at most 128 a thread).
+    static constexpr int kAhead = deep_read_ahead<P> && FM * FN * 4 <= 128 ? 2 : 1;
     static_assert(FN * 8 % kChunkCols == 0 && kTileRows % kRowsPerPass == 0, "tile of whole chunks and passes");
     // A thread's rows in the passes differ by multiples of 4: the same swizzle (staged_at) and
     // the same half order (tile_piece_at), so a pass's shared addresses are the first pass's plus
@@ -563,25 +585,42 @@ struct TileEpilogue {
         if constexpr (ZERO_ACC) copy_chunk(0);  // in flight with the first segment's reads below
         Row rows[kPasses] = {};
         // A thread's segments, in order: chunk, half, pass (those inside the matrix). Each reads
-        // the next one's inputs ahead; the first one's are read here, with thread T's column T of
-        // the tile's column vectors, which go to shared memory while (or once) the first chunk is staged.
-        // A tile wider than its threads (128 x 320 on 256) also takes column T + kThreads, in slots_hi.
+        // the inputs of the segment kAhead after it ahead; the first kAhead segments' are read
+        // here, with thread T's column T of the tile's column vectors, which go to shared memory
+        // while (or once) the first chunk is staged. A tile wider than its threads (128 x 320 on
+        // 256) also takes column T + kThreads, in slots_hi.
         static_assert(kTileCols <= 2 * kThreads, "two columns of the column vectors a thread at most");
         constexpr bool kSecondColumn = kTileCols > kThreads;
+        // The segment after the one of row i (-1: none), columns from j, pass `pass`: the next
+        // pass, else (no more passes, or no more rows) the first pass of the next 32 columns, in
+        // this chunk or the next; none past the tile's columns or the matrix's. By selects: a branch
+        // in a segment's code keeps the compiler from interleaving its elements' arithmetic.
+        const int first_row = tile_row0 + row0, cols_end = min(N, tile_col0 + kTileCols);
+        auto step = [&](int& i, int& j, int& pass) {
+            const bool half_done = pass + 1 == kPasses || i + kRowsPerPass >= M;
+            i = half_done ? first_row : i + kRowsPerPass;
+            j = half_done ? j + kHalfCols : j;
+            pass = half_done ? 0 : pass + 1;
+            if (j >= cols_end) i = -1;
+        };
         SegmentSlots slots, slots_hi;
-        // Reads into s the first segment's values (row i, or none: -1) and the tile's column c of
-        // the column vectors (none past the tile or the matrix); returns the column vectors read.
-        auto preload = [&](int i, int c, SegmentSlots& s) {
+        // Reads into s the values of the thread's segment d (none where d < 0) and the tile's
+        // column c of the column vectors (none past the tile or the matrix); returns the column
+        // vectors read.
+        auto preload = [&](int d, int c, SegmentSlots& s) {
+            int i = d >= 0 && first_row < M && tile_col0 + 8 * q < N ? first_row : -1, j = tile_col0 + 8 * q, pass = 0;
+            for (int e = 0; e < d && i >= 0; e++) step(i, j, pass);
             ElementCounters counters;
             Row row{};
             Col cols{};
             const int col = c < kTileCols && tile_col0 + c < N ? tile_col0 + c : -1;
-            p.element(PreloadElement<ZERO_ACC>{0.f, i, tile_col0 + 8 * q, col, &counters, &s}, row, cols);
+            p.element(PreloadElement<ZERO_ACC>{0.f, i, j, col, max(d, 0), &counters, &s}, row, cols);
             return counters.col;
         };
-        const bool first = tile_row0 + row0 < M && tile_col0 + 8 * q < N;
         // the column vectors the program reads (a compile-time constant once inlined)
-        const int column_vectors = preload(first ? tile_row0 + row0 : -1, T, slots);
+        const int column_vectors = preload(0, T, slots);
+#pragma unroll
+        for (int d = 1; d < kAhead; d++) preload(d, kTileCols, slots);
         if constexpr (kSecondColumn) preload(-1, T + kThreads, slots_hi);
         // The values of column c (in s) to shared memory, where the segments read them.
         auto park = [&](const SegmentSlots& s, int c) {
@@ -628,12 +667,16 @@ struct TileEpilogue {
                     const int row = row0 + pass * kRowsPerPass, i = tile_row0 + row;
                     if (i >= M || j0 >= N) break;  // and so are the later passes' rows
                     // The next segment: the next pass, else (no more passes, or no more rows) the
-                    // first pass of the next half chunk: the next 32 columns, in this chunk or the next.
+                    // first pass of the next half chunk: the next 32 columns, in this chunk or the
+                    // next. (step() says the same; written out here, one read ahead compiles to
+                    // faster code: LmHeadForward 2% slower through step(), twenty-seventh session.)
                     const bool half_done = pass + 1 == kPasses || i + kRowsPerPass >= M;
                     const bool last = half_done && half + 1 == kChunkCols / kHalfCols && c + 1 == kChunks;
                     const int next_i = half_done ? tile_row0 + row0 : i + kRowsPerPass;
                     const int next_j = half_done ? j0 + kHalfCols : j0;
-                    const bool next = !last && next_j < N;
+                    int ahead_i = !last && next_j < N ? next_i : -1, ahead_j = next_j, ahead_pass = half_done ? 0 : pass + 1;
+#pragma unroll
+                    for (int d = 1; d < kAhead; d++) step(ahead_i, ahead_j, ahead_pass);
                     float v[8] = {};
                     if constexpr (!ZERO_ACC) {
                         constexpr uint32_t kPassStageBytes = kRowsPerPass * kChunkCols * sizeof(float);
@@ -646,7 +689,7 @@ struct TileEpilogue {
 #pragma unroll
                     for (int k = 0; k < 8; k++) {
                         ElementCounters counters;
-                        p.element(SegmentElement<ZERO_ACC>{v[k], i, j0 + k, k, pass == 0, next ? next_i : -1, next_j,
+                        p.element(SegmentElement<ZERO_ACC, kAhead>{v[k], i, j0 + k, k, pass == 0, ahead_i, ahead_j,
                                                            segment_cols, kColStride, &counters, &slots,
                                                            segment_tiles + pass * kPassTileCopyBytes,
                                                            (uint32_t)kPassTileBytes},
