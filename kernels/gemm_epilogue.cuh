@@ -212,8 +212,8 @@ __device__ inline int column_vector_slot(int& counter) {
 // each loaded 16-bit tile's values from the block's copy of the tile in shared memory (tile s's at
 // tiles + s tile_stride) instead of a read ahead. Element 0 also reads the bf16 tile values and row
 // vector values of the segment AHEAD segments ahead (row ahead_i, columns from ahead_j; ahead_i =
-// -1 where there is none). new_cols: this segment starts a half chunk, and takes its 8 columns' values of each
-// column vector from the tile's in shared memory (col_vectors). Stores hand over the values
+// -1 where there is none). new_cols: this segment starts a half chunk, and takes its 8 columns'
+// values of each column vector from the tile's in shared memory (col_vectors). Stores hand over the values
 // unrounded: element 7 rounds and packs them in pairs (the value store() returns is rounded on its
 // own, and costs nothing where the program does not use it). Reading ahead keeps each element's
 // read before its write, so an output may alias an input (ResidualForward's x_out and residual).
@@ -248,7 +248,8 @@ struct SegmentElement {
                 for (int e = 0; e < kWords; e++) {
                     slots->loaded[e].set(s, slots->ahead_loaded[0][e].get(s));
 #pragma unroll
-                    for (int d = 0; d < kLast; d++) slots->ahead_loaded[d][e].set(s, slots->ahead_loaded[d + 1][e].get(s));
+                    for (int d = 0; d < kLast; d++)
+                        slots->ahead_loaded[d][e].set(s, slots->ahead_loaded[d + 1][e].get(s));
                 }
                 if (ahead_i >= 0) {
                     detail::read_segment(p, layout, ahead_i, ahead_j, w);
@@ -674,7 +675,8 @@ struct TileEpilogue {
                     const bool last = half_done && half + 1 == kChunkCols / kHalfCols && c + 1 == kChunks;
                     const int next_i = half_done ? tile_row0 + row0 : i + kRowsPerPass;
                     const int next_j = half_done ? j0 + kHalfCols : j0;
-                    int ahead_i = !last && next_j < N ? next_i : -1, ahead_j = next_j, ahead_pass = half_done ? 0 : pass + 1;
+                    int ahead_i = !last && next_j < N ? next_i : -1, ahead_j = next_j;
+                    int ahead_pass = half_done ? 0 : pass + 1;
 #pragma unroll
                     for (int d = 1; d < kAhead; d++) step(ahead_i, ahead_j, ahead_pass);
                     float v[8] = {};
