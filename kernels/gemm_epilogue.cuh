@@ -22,10 +22,11 @@
 // the columns 8 (T % 4) ... + 7 of each half, in the rows T / 4 + p ROWS_PER_PASS (p = 0 ...
 // PASSES - 1): its rows are the same in every chunk, so a row's state stays in the thread across
 // the chunks; its columns are the same in every pass of a half, so their vector values are taken
-// once. Each segment reads the next segment's tile values and row values ahead (SegmentElement),
-// across halves and chunks too: the latency of those loads hides behind this segment's
-// arithmetic; the first segment's are read before the first chunk is staged, with the tile's
-// column vector values (one a thread), which wait in shared memory. On the Hopper mainloop the
+// once. Each segment reads the next segment's tile values and row values ahead (SegmentElement;
+// the one two segments on where the program declares kDeepReadAhead), across halves and chunks
+// too: the latency of those loads hides behind this segment's arithmetic; the first segments'
+// are read before the first chunk is staged, with the tile's column vector values (one a
+// thread), which wait in shared memory. On the Hopper mainloop the
 // tiles an epilogue will read are also asked of L2 a few k-blocks before the mainloop ends
 // (prefetch(), PrefetchElement).
 //   Staging layout: row r of the chunk is 64 floats (16 pieces of 16 bytes), piece k stored at
