@@ -77,33 +77,28 @@ namespace codagpt::coda {
 
 constexpr int kMaxColumnVectors = 4;  // column vector reads of one element() (the programs make two at most)
 
-// P::kPass where the program declares it, else false.
-template <class P, class = void>
-constexpr bool is_pass = false;
-template <class P>
-constexpr bool is_pass<P, decltype((void)P::kPass)> = P::kPass;
-// P::kWideTile where the program declares it, else false: the Hopper engine's plan prices the
-// 128 x 320 tile without its unhidden-epilogue term for it where K is long (gemm_sm90.cuh,
-// choose_plan). void: no program (a plan by shape).
-template <class P, class = void>
-constexpr bool wide_tile_pays = false;
-template <class P>
-constexpr bool wide_tile_pays<P, decltype((void)P::kWideTile)> = P::kWideTile;
-// P::kNoWideTile where the program declares it, else false: the plan never gives it the 128 x 320
-// tile (whose epilogue it would spill: LnBackwardX's three column partials beside 160 accumulators).
-template <class P, class = void>
-constexpr bool wide_tile_refused = false;
-template <class P>
-constexpr bool wide_tile_refused<P, decltype((void)P::kNoWideTile)> = P::kNoWideTile;
-// P::kDeepReadAhead where the program declares it, else false: the GPU engine reads the program's
-// bf16 tile and row vector inputs two segments ahead instead of one, on tiles of at most 128
-// accumulators a thread (gemm_epilogue.cuh). It pays where a segment's arithmetic is short beside
-// its tile loads (ResidualForward on ping-pong), and costs where the program loads no tile or the
-// tile is 128 x 320 (bench/NOTES_gemm_sm90.md, twenty-seventh session).
-template <class P, class = void>
-constexpr bool deep_read_ahead = false;
-template <class P>
-constexpr bool deep_read_ahead<P, decltype((void)P::kDeepReadAhead)> = P::kDeepReadAhead;
+// Flags a program may declare: NAME<P> is P::MEMBER where the program declares it, else false
+// (also for P = void, no program: a plan by shape).
+#define CODA_PROGRAM_FLAG(NAME, MEMBER) \
+    template <class P, class = void>    \
+    constexpr bool NAME = false;        \
+    template <class P>                  \
+    constexpr bool NAME<P, decltype((void)P::MEMBER)> = P::MEMBER;
+// kPass: a pass without a GEMM (above).
+CODA_PROGRAM_FLAG(is_pass, kPass)
+// kWideTile: the Hopper engine's plan prices the 128 x 320 tile without its unhidden-epilogue term
+// for the program where K is long (gemm_sm90.cuh, choose_plan).
+CODA_PROGRAM_FLAG(wide_tile_pays, kWideTile)
+// kNoWideTile: the plan never gives the program the 128 x 320 tile (whose epilogue it would spill:
+// LnBackwardX's three column partials beside 160 accumulators).
+CODA_PROGRAM_FLAG(wide_tile_refused, kNoWideTile)
+// kDeepReadAhead: the GPU engine reads the program's bf16 tile and row vector inputs two segments
+// ahead instead of one, on tiles of at most 128 accumulators a thread (gemm_epilogue.cuh). It pays
+// where a segment's arithmetic is short beside its tile loads (ResidualForward on ping-pong), and
+// costs where the program loads no tile or the tile is 128 x 320 (bench/NOTES_gemm_sm90.md,
+// twenty-seventh session).
+CODA_PROGRAM_FLAG(deep_read_ahead, kDeepReadAhead)
+#undef CODA_PROGRAM_FLAG
 
 // ---------------------------------------------------------------- bf16 storage
 #ifdef __CUDACC__

@@ -234,9 +234,9 @@ TEST(CodaFinalize, LnBackwardColumnSumsMergeInTheHostOrder) {
 }
 
 // The LayerNorm fold against the textbook: W~ = bf16(gamma W) element for element, c the column
-// sums of that bf16 W~, c_bwd those of gamma W unrounded and b~ = beta W + b against fp64, for W stored row-major (16-byte vectors
-// of 8 columns: N = 200 leaves the last block of 256 columns part empty) and as W^T (the LM head),
-// two layers; outputs poisoned. A row-major N that is no multiple of 8 is refused.
+// sums of that bf16 W~, c_bwd those of gamma W unrounded and b~ = beta W + b against fp64, for W
+// stored row-major (16-byte vectors of 8 columns: N = 200 leaves the last block of 256 columns part
+// empty) and as W^T (the LM head), two layers; outputs poisoned. A row-major N that is no multiple of 8 is refused.
 TEST(CodaFold, BothLayoutsAgainstTheTextbook) {
     REQUIRE_GPU();
     constexpr int K = 72, N = 200, L = 2;
