@@ -440,14 +440,15 @@ struct Bench {
         CUDA_CHECK(cudaMemcpy(t, host.data(), M * sizeof(int), cudaMemcpyHostToDevice));
         return t;
     }
-    static FoldGradient<bf16> fold_grad(Buffers& b, const GemmProblem& p, const TileShape& ts) {
+    template <bool kBias = true>
+    static FoldGradient<kBias> fold_grad(Buffers& b, const GemmProblem& p, const TileShape& ts) {
         const long tn = n_tiles(p.N, ts.bn), tm = n_tiles(p.M, ts.bm);
-        FoldGradient<bf16> f;
+        FoldGradient<kBias> f;
         f.c = {vec(b, p.N, 23)};
         f.b_folded = {vec(b, p.N, 24)};
         f.m1 = {b.get<float>(p.M * tn)};
         f.m2 = {b.get<float>(p.M * tn)};
-        f.db = {b.get<float>(tm * p.N)};
+        if constexpr (kBias) f.db = {b.get<float>(tm * p.N)};
         return f;
     }
 
@@ -571,7 +572,7 @@ struct Bench {
                          c.vocab = kVocab;
                          c.scale = 1.f / p.M;
                          c.dz = {logits, Layout{p.N, false}};  // in place, as the trainer
-                         c.fold = fold_grad(b, p, gemm_tile_shape(p));
+                         c.fold = fold_grad<false>(b, p, gemm_tile_shape(p));
                          return c;
                      });
     }

@@ -24,33 +24,38 @@ struct LnFold {
 // registers. dz is the gradient of z as the producer stored it (or, for the qkv fold, as attention
 // backward did): the A operand of the fold's dX GEMM and the B operand of its dW GEMM. Row
 // partials m1 = sum_j dz c_j and m2 = sum_j dz (z - b~_j) (the 1/K of their means is applied by
-// finalize_row_sum), column partials db = sum_i dz (the folded GEMM's bias gradient). All three
-// from the stored dz, the exact operand of both GEMMs: with c the column sums of diag(gamma) W (the
-// GPU's W~ is rounded to bf16, so its forward c and this one differ), m1 and m2 are the
-// projections of gamma*acc of the dX GEMM onto 1 and xhat, up to the rounding of z.
-template <class Act = bf16>
+// finalize_row_sum), column partials db = sum_i dz (the folded GEMM's bias gradient; none where
+// it has no bias, kBias = false: the LM head). All three from the stored dz, the exact operand of
+// both GEMMs: with c the column sums of diag(gamma) W (the GPU's W~ is rounded to bf16, so its
+// forward c and this one differ), m1 and m2 are the projections of gamma*acc of the dX GEMM onto 1
+// and xhat, up to the rounding of z.
+template <bool kBias = true>
 struct FoldGradient {
     ColVec c, b_folded;
     RowPartials<Sum> m1, m2;
-    ColPartials<Sum> db;
+    ColPartials<Sum> db;  // unused without kBias
 
     struct Row {
         Sum m1, m2;
         CODA_HD void combine(const Row& o) { m1.combine(o.m1); m2.combine(o.m2); }
     };
-    struct Col {
+    struct BiasCol {
         Sum db;
-        CODA_HD void combine(const Col& o) { db.combine(o.db); }
+        CODA_HD void combine(const BiasCol& o) { db.combine(o.db); }
     };
+    // NoPartials: the engine then takes no column partials at all
+    using Col = std::conditional_t<kBias, BiasCol, NoPartials>;
     // dz: the stored gradient of the stored pre-activation z at this element.
     template <class E>
     CODA_HD void element(const E& e, float dz, float z, Row& row, Col& col) const {
         row.m1.add(dz, c(e));
         row.m2.add(dz, z - b_folded(e));
-        col.db.add(dz);
+        if constexpr (kBias) col.db.add(dz);
     }
     CODA_HD void write_row(const Row& row, RowSlot s) const { m1.write(row.m1, s); m2.write(row.m2, s); }
-    CODA_HD void write_col(const Col& col, ColSlot s) const { db.write(col.db, s); }
+    CODA_HD void write_col(const Col& col, ColSlot s) const {
+        if constexpr (kBias) db.write(col.db, s);
+    }
 };
 
 // ================================================================ forward
@@ -167,10 +172,10 @@ struct CrossEntropyGradient {
     int vocab = 0;
     float scale = 0.f;
     StoreTile<Act> dz;
-    FoldGradient<Act> fold;  // of the LM head: LN_f's c, b~
+    FoldGradient<false> fold;  // of the LM head: LN_f's c, b~ (no bias)
 
-    using Row = typename FoldGradient<Act>::Row;
-    using Col = typename FoldGradient<Act>::Col;
+    using Row = FoldGradient<false>::Row;
+    using Col = FoldGradient<false>::Col;
     template <class E>
     CODA_HD void element(const E& e, Row& row, Col& col) const {
         const float z = logits(e), lse_i = lse(e);
@@ -188,10 +193,10 @@ template <class Act = bf16>
 struct GeluBackward {
     LoadTile<Act> f;
     StoreTile<Act> g, df;
-    FoldGradient<Act> fold;  // of the fc GEMM: its c, b~
+    FoldGradient<> fold;  // of the fc GEMM: its c, b~
 
-    using Row = typename FoldGradient<Act>::Row;
-    using Col = typename FoldGradient<Act>::Col;
+    using Row = FoldGradient<>::Row;
+    using Col = FoldGradient<>::Col;
     template <class E>
     CODA_HD void element(const E& e, Row& row, Col& col) const {
         const float fv = f(e);
@@ -211,10 +216,10 @@ template <class Act = bf16>
 struct QkvGradient {
     static constexpr bool kPass = true;
     LoadTile<Act> dqkv, qkv;
-    FoldGradient<Act> fold;  // of the qkv GEMM
+    FoldGradient<> fold;  // of the qkv GEMM
 
-    using Row = typename FoldGradient<Act>::Row;
-    using Col = typename FoldGradient<Act>::Col;
+    using Row = FoldGradient<>::Row;
+    using Col = FoldGradient<>::Col;
     template <class E>
     CODA_HD void element(const E& e, Row& row, Col& col) const { fold.element(e, dqkv(e), qkv(e), row, col); }
     CODA_HD void write_row(const Row& row, RowSlot s) const { fold.write_row(row, s); }

@@ -65,6 +65,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 #define CODA_HD __host__ __device__

@@ -79,12 +79,18 @@ struct FoldGradientBuffers {
 
     FoldGradientBuffers(int M_, int N_, int K_, const TileShape& s)
         : M(M_), N(N_), K(K_), shape(s), m1_partials((size_t)M * n_tiles(N, s.bn)), m2_partials(m1_partials.size()),
-          db_partials((size_t)n_tiles(M, s.bm) * N), m1(M), m2(M) {}
+          m1(M), m2(M) {}
 
-    FoldGradient<float> producer(const FoldedWeights& fold) {
-        FoldGradient<float> p;
+    // kBias: the folded GEMM has a bias, whose gradient the db partials are (the LM head has none)
+    template <bool kBias = true>
+    FoldGradient<kBias> producer(const FoldedWeights& fold) {
+        FoldGradient<kBias> p;
         p.c = {fold.c.data()}, p.b_folded = {fold.b_folded.data()};
-        p.m1 = {m1_partials.data()}, p.m2 = {m2_partials.data()}, p.db = {db_partials.data()};
+        p.m1 = {m1_partials.data()}, p.m2 = {m2_partials.data()};
+        if constexpr (kBias) {
+            db_partials.assign((size_t)n_tiles(M, shape.bm) * N, 0.f);
+            p.db = {db_partials.data()};
+        }
         return p;
     }
     // m1, m2 as means over the K inputs of the fold; db, the sums over the M tokens, added into
@@ -95,8 +101,10 @@ struct FoldGradientBuffers {
             m1[i] = finalize_row_sum(m1_partials.data(), i, tiles_n, 1.f / K);
             m2[i] = finalize_row_sum(m2_partials.data(), i, tiles_n, 1.f / K);
         }
-        if (bias_grad)
-            for (int j = 0; j < N; j++) bias_grad[j] += finalize_col_sum(db_partials.data(), j, tiles_m, N);
+        if (!bias_grad) return;
+        if (db_partials.empty())
+            throw std::logic_error("FoldGradientBuffers::finalize: a bias gradient from a producer without db");
+        for (int j = 0; j < N; j++) bias_grad[j] += finalize_col_sum(db_partials.data(), j, tiles_m, N);
     }
 };
 
@@ -284,7 +292,7 @@ void GPT2CodaCPU::backward(float grad_scale) {
         p.vocab = V;
         p.scale = grad_scale / M;
         p.dz = {dz, {Vp}};
-        p.fold = lm_grad.producer(lm_head_fold_);
+        p.fold = lm_grad.producer<false>(lm_head_fold_);
         emulate_pass(p, M, Vp, shape_);
         lm_grad.finalize(nullptr);
     }

@@ -93,7 +93,7 @@ struct GPT2CodaGPU::Impl {
     float *lse, *losses, *target_logit;
     // epilogue partials and their finalized values
     float *stats_partials, *lse_partials;           // Welford [M, tiles(C), 3]; (max, sum-exp) [M, tiles(Vp), 2]
-    float *m1_partials, *m2_partials, *db_partials;  // [M, tiles(Vp)]; [tiles(M), Vp]
+    float *m1_partials, *m2_partials, *db_partials;  // [M, tiles(Vp)]; [tiles(M), 4C] (the LM head has no bias)
     float *m1_, *m2_;                                // [M]
     float *bias_partials, *dgamma_partials, *dbeta_partials;  // [tiles(M), C]
     int *inputs, *targets;
@@ -162,7 +162,7 @@ struct GPT2CodaGPU::Impl {
         lse_partials = mem.alloc<float>(M * tiles_v * MaxSumExp::kWords);
         m1_partials = mem.alloc<float>(M * tiles_v);
         m2_partials = mem.alloc<float>(M * tiles_v);
-        db_partials = mem.alloc<float>(tiles_m * Vp);
+        db_partials = mem.alloc<float>(tiles_m * 4 * C);
         m1_ = mem.alloc<float>(M);
         m2_ = mem.alloc<float>(M);
         bias_partials = mem.alloc<float>(tiles_m * C);
@@ -225,11 +225,13 @@ struct GPT2CodaGPU::Impl {
     }
 
     // The dz-producer outputs of a fold with N outputs (FoldGradient) and their finalize; the
-    // folded GEMM's bias gradient (null for the LM head, which has none) accumulates db.
-    FoldGradient<bf16> producer(const Fold& fold) {
-        FoldGradient<bf16> pr;
+    // folded GEMM's bias gradient (null for the LM head, which has none: kBias = false) accumulates db.
+    template <bool kBias = true>
+    FoldGradient<kBias> producer(const Fold& fold) {
+        FoldGradient<kBias> pr;
         pr.c = {fold.c_bwd}, pr.b_folded = {fold.b_folded};
-        pr.m1 = {m1_partials}, pr.m2 = {m2_partials}, pr.db = {db_partials};
+        pr.m1 = {m1_partials}, pr.m2 = {m2_partials};
+        if constexpr (kBias) pr.db = {db_partials};
         return pr;
     }
     void finalize_producer(const TileShape& s, int N, float* bias_grad) {
@@ -354,7 +356,7 @@ struct GPT2CodaGPU::Impl {
             pr.vocab = V;
             pr.scale = grad_scale / M;
             pr.dz = {logits, {Vp}};
-            pr.fold = producer(lm);
+            pr.fold = producer<false>(lm);
             finalize_producer(pass(pr, Vp), Vp, nullptr);
         }
         // LM head dX GEMM, B = wte (W = wte^T): LN_f backward (nothing passes through) -> dres, LN_f's

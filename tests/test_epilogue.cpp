@@ -484,8 +484,8 @@ struct FoldBackward {
     FoldBackward(int M_, int N_, int K_, const TileShape& s)
         : M(M_), N(N_), K(K_), shape(s), m1p((size_t)M * n_tiles(N, s.bn)), m2p(m1p.size()),
           dbp((size_t)n_tiles(M, s.bm) * N) {}
-    FoldGradient<Act> producer(const Fold<Act>& fold) {
-        FoldGradient<Act> p;
+    FoldGradient<> producer(const Fold<Act>& fold) {
+        FoldGradient<> p;
         p.c = {fold.c_bwd.data()}, p.b_folded = {fold.b.data()};
         p.m1 = {m1p.data()}, p.m2 = {m2p.data()}, p.db = {dbp.data()};
         return p;

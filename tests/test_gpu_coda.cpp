@@ -200,15 +200,17 @@ TEST(CodaFinalize, RowKernelsMergeInTheHostOrder) {
     }
 }
 
-// LnBackwardX's column finalize (a thread per group of M-tiles, then the groups in order) adds each
-// column's sum in the host's order (coda::merge_col): the same bits. Columns: 1700, not a whole
-// number of blocks; partials a column: 1 to 128 (16384 tokens), fewer than the groups in the first.
-// The three arrays differ, so a mixed-up pointer shows; bias_grad may be null.
-TEST(CodaFinalize, LnBackwardColumnSumsMergeInTheHostOrder) {
+// The column finalizes, LnBackwardX's (three arrays) and a dz producer's bias gradient (one), each
+// a thread per group of M-tiles (its loads batched), then the groups in order, add each column's
+// sum in the host's order (coda::merge_col): the same bits. Columns: 1700, not a whole number of
+// blocks; partials a column: 1 to 300 (128 at 16384 tokens: a group of 16, one batch; 300: groups
+// of 37 and 38, three batches), fewer than the groups in the first. The three arrays differ, so a
+// mixed-up pointer shows; bias_grad may be null.
+TEST(CodaFinalize, ColumnSumsMergeInTheHostOrder) {
     REQUIRE_GPU();
     constexpr int N = 1700;
     Rng rng(42);
-    for (int n_tiles : {1, 5, 13, 128}) {
+    for (int n_tiles : {1, 5, 13, 128, 300}) {
         SCOPED_TRACE("n_tiles " + std::to_string(n_tiles));
         std::vector<std::vector<float>> parts(3, std::vector<float>((size_t)n_tiles * N));
         for (auto& p : parts)
@@ -230,6 +232,14 @@ TEST(CodaFinalize, LnBackwardColumnSumsMergeInTheHostOrder) {
                     ASSERT_EQ(got[a][j], want) << "array " << a << " column " << j << (with_bias ? "" : ", bias_grad null");
                 }
         }
+        DeviceBuffer<float> db(N);
+        db.upload(start);
+        coda_fold_gradient_finalize(nullptr, nullptr, db, nullptr, nullptr, bias_parts, /*M=*/0, N, /*K=*/1,
+                                    /*tiles_n=*/1, n_tiles, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> got_db = db.download();
+        for (int j = 0; j < N; j++)
+            ASSERT_EQ(got_db[j], start[j] + coda::finalize_col_sum(parts[0].data(), j, n_tiles, N)) << "db column " << j;
     }
 }
 

@@ -203,7 +203,7 @@ Buffers fused_outputs(R& run, const Case& c) {
     Buffers out;
 
     const HostGemm dg{M, N, K, &dres, {K}, &wp, {K, true}};
-    FoldGradientBuffers<Act> fold(M, N, run.template shape<GeluBackward<Act>>(dg));
+    FoldGradientBuffers<> fold(M, N, run.template shape<GeluBackward<Act>>(dg));
     std::vector<Act> g = nan_filled<Act>((size_t)M * N), df = g;
     GeluBackward<Act> gelu_backward;
     gelu_backward.f = {run.at(f), {N}}, gelu_backward.g = {run.at(g), {N}}, gelu_backward.df = {run.at(df), {N}};
