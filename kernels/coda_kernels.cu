@@ -140,31 +140,6 @@ __global__ void finalize_loss_kernel(float* lse, float* loss, const float* parti
     lse[i] = t.lse, loss[i] = t.loss;
 }
 
-// Group g of column j (M-tiles coda::col_group_begin(g) on) of each array, summed in tile order as
-// coda::merge_col_group does, with the loads of kColBatch tiles of every array issued before their
-// adds: a group has 16 tiles at 16384 tokens. Tile by tile (4 loads in flight after nvcc's
-// unrolling, the arrays one after another) finalize_ln_backward took 9.1 us a launch in the 1.5B
-// step, 5.9 us so.
-constexpr int kColBatch = 16;
-template <int kArrays>
-__device__ void merge_col_groups(const float* const (&partials)[kArrays], int j, int g, int n_tiles, int N,
-                                 coda::Sum (&total)[kArrays]) {
-    const int end = coda::col_group_begin(g + 1, n_tiles);
-    for (int t0 = coda::col_group_begin(g, n_tiles); t0 < end; t0 += kColBatch) {
-        float part[kArrays][kColBatch];
-#pragma unroll
-        for (int a = 0; a < kArrays; a++)
-#pragma unroll
-            for (int u = 0; u < kColBatch; u++)
-                part[a][u] = t0 + u < end ? partials[a][(long)(t0 + u) * N + j] : 0.f;
-#pragma unroll
-        for (int a = 0; a < kArrays; a++)
-#pragma unroll
-            for (int u = 0; u < kColBatch; u++)
-                if (t0 + u < end) total[a].add(part[a][u]);
-    }
-}
-
 // Column sums of partials [n_tiles, N] for the block's kColsPerBlock columns from j0, in
 // coda::merge_col's order: thread (c, g) merges group g of column j0 + c, then thread (c, 0)
 // combines the groups in order. Returns the sum in the threads with g = 0 (0 elsewhere).
@@ -175,7 +150,7 @@ __device__ void block_col_sums(const float* const (&partials)[kArrays], int j0, 
     __shared__ coda::Sum groups[kArrays][coda::kColGroups][kColsPerBlock];
     const int c = threadIdx.x % kColsPerBlock, g = threadIdx.x / kColsPerBlock, j = j0 + c;
     coda::Sum total[kArrays] = {};
-    if (j < N) merge_col_groups<kArrays>(partials, j, g, n_tiles, N, total);
+    if (j < N) coda::merge_col_groups<coda::Sum, kArrays>(partials, j, g, n_tiles, N, total);
 #pragma unroll
     for (int a = 0; a < kArrays; a++) groups[a][g][c] = total[a];
     __syncthreads();
