@@ -5,6 +5,7 @@
 // 1.5B, CrossEntropyGradient) against a device-to-device copy of the bytes they must move.
 //
 //   bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING] [--no-fused] [--energy SECONDS]
+//   bench_gemm --ablate [--json FILE] [--reps N]
 //
 // Each shape: a correctness check against cuBLASLt's output (relative Frobenius error, our
 // output poisoned with NaN first), then --reps timed rounds (CUDA events, after warm-up), each
@@ -24,6 +25,9 @@
 // --sweep every tile configuration) for the plain shapes; for the fused programs cuBLASLt's plain
 // GEMM, our plain GEMM and the program, each program on every tile configuration with --sweep.
 // Records of program "...:energy" carry ours_ms / ours_j / ours_w and the same of the reference.
+// --ablate instead times, for the programs above 1.08x their plain GEMM, what each part of the
+// program's element() adds: each rung of a ladder (Bench::ablation) on ping-pong 128 x 128 against
+// the plain GEMM on that tile, paired; records of program "ablate:<rung>".
 // NVML's counter is coarse: on the H200, windows of 0.6 s gave the ms a call steadily but the
 // same contender's J a call 20% apart between runs (bench/NOTES_gemm_sm90.md, seventeenth session).
 #include <cuda_runtime.h>
@@ -170,6 +174,13 @@ struct Inputs {
     std::vector<const bf16*> a, b;  // rotating sets
 };
 
+// The 1.5B training shape a fused program is timed on (Bench::fused_programs and Bench::ablation).
+Shape fused_shape(const std::string& gemm) {
+    for (const Shape& s : training_shapes())
+        if (s.model == "1.5b" && s.name == gemm) return s;
+    throw Error("bench_gemm: no 1.5B shape " + gemm);
+}
+
 GemmProblem problem(const Shape& s, const bf16* a, const bf16* b) {
     GemmProblem p;
     p.M = s.M;
@@ -218,6 +229,76 @@ std::string plan_name(const GemmProblem& prob) {
     const sm90::detail::Plan p = sm90::plan<P>(prob);
     return sm90::tile_name(p.tile) + (p.splits > 1 ? "/k" + std::to_string(p.splits) : std::string());
 }
+
+// ---------------------------------------------------------------- --ablate: where an epilogue's time goes
+// The fused programs that run slower than their plain GEMM, rebuilt as ladders: each rung a variant
+// of element() with one part more than the one before, the trainer's program the last rung
+// (Bench::ablation). The variants exist only here.
+namespace ablation {
+// GeluBackward: df = acc gelu'(f), g = gelu(f), the fold's row partials (m1, m2), its column partials (db).
+struct DfTimesF : NoRowPartials, NoColPartials {  // the tile load and one store, no GELU
+    LoadTile<bf16> f;
+    StoreTile<bf16> df;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const { df.store(e, e.acc * f(e)); }
+};
+struct GeluDf : NoRowPartials, NoColPartials {  // + gelu'(f)
+    LoadTile<bf16> f;
+    StoreTile<bf16> df;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const { df.store(e, e.acc * gelu_grad(f(e))); }
+};
+struct GeluDfG : NoRowPartials, NoColPartials {  // + g stored
+    LoadTile<bf16> f;
+    StoreTile<bf16> g, df;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const {
+        const GeluValues gv = gelu_values(f(e));
+        g.store(e, gv.g);
+        df.store(e, e.acc * gv.grad);
+    }
+};
+// FcForward: f = LN fold, g = gelu(f). Without the GELU: g = f stored twice.
+struct FcNoGelu : NoRowPartials, NoColPartials {
+    LnFold ln;
+    StoreTile<bf16> f, g;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const { g.store(e, f.store(e, ln(e))); }
+};
+// LmHeadForward without its LSE partials (the target gather kept).
+struct LmNoLse : NoRowPartials, NoColPartials {
+    LnFold ln;
+    StoreTile<bf16> logits;
+    Gather target_logit;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const { target_logit.take(e, logits.store(e, ln(e))); }
+};
+// ResidualForward without its Welford row partials, and with sums of x and x^2 instead.
+struct ResNoStats : NoRowPartials, NoColPartials {
+    ColVec bias;
+    LoadTile<bf16> residual;
+    StoreTile<bf16> x_out;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const { x_out.store(e, e.acc + bias(e) + residual(e)); }
+};
+struct ResSums : NoColPartials {
+    ColVec bias;
+    LoadTile<bf16> residual;
+    StoreTile<bf16> x_out;
+    RowPartials<Sum> s1, s2;
+    struct Row {
+        Sum s1, s2;
+        CODA_HD void combine(const Row& o) { s1.combine(o.s1); s2.combine(o.s2); }
+    };
+    template <class E>
+    CODA_HD void element(const E& e, Row& row, Col&) const {
+        const float x = x_out.store(e, e.acc + bias(e) + residual(e));
+        row.s1.add(x);
+        row.s2.add(x, x);
+    }
+    CODA_HD void write_row(const Row& row, RowSlot s) const { s1.write(row.s1, s); s2.write(row.s2, s); }
+};
+}  // namespace ablation
 
 struct Row {
     std::string label;
@@ -452,78 +533,128 @@ struct Bench {
         return f;
     }
 
-    void fused_programs() {
-        const int T = kTokens, C = 1600;
-        auto ln_fold = [&](Buffers& b, const GemmProblem& p) {
-            return LnFold{{vec(b, p.M, 11)}, {vec(b, p.M, 12, 0.1f, 1.f)}, {vec(b, p.N, 13)}, {vec(b, p.N, 14)}};
-        };
+    // The trainer's programs on filled inputs, partials sized for tile shape ts: fused_programs()
+    // times them, ablation() takes them apart.
+    static LnFold ln_fold(Buffers& b, const GemmProblem& p) {
+        return LnFold{{vec(b, p.M, 11)}, {vec(b, p.M, 12, 0.1f, 1.f)}, {vec(b, p.N, 13)}, {vec(b, p.N, 14)}};
+    }
+    static StoreTile<bf16> out_tile(Buffers& b, const GemmProblem& p) {
+        return {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
+    }
+    static LoadTile<bf16> in_tile(Buffers& b, const GemmProblem& p, unsigned seed) {
+        return {act(b, (long)p.M * p.N, seed), Layout{p.N, false}};
+    }
+    static QkvForward<bf16> qkv_forward(Buffers& b, const GemmProblem& p, const TileShape&) {
+        return {{}, {}, ln_fold(b, p), out_tile(b, p)};
+    }
+    static ResidualForward<bf16> residual_forward(Buffers& b, const GemmProblem& p, const TileShape& ts) {
+        ResidualForward<bf16> r;
+        r.bias = {vec(b, p.N, 31)};
+        r.residual = in_tile(b, p, 32);
+        r.x_out = out_tile(b, p);
+        r.row_stats = {b.get<float>((long)p.M * n_tiles(p.N, ts.bn) * 3)};
+        return r;
+    }
+    static FcForward<bf16> fc_forward(Buffers& b, const GemmProblem& p, const TileShape&) {
+        return {{}, {}, ln_fold(b, p), out_tile(b, p), out_tile(b, p)};
+    }
+    static LmHeadForward<bf16> lm_head_forward(Buffers& b, const GemmProblem& p, const TileShape& ts) {
+        LmHeadForward<bf16> l;
+        l.ln = ln_fold(b, p);
+        l.logits = out_tile(b, p);
+        l.vocab = kVocab;
+        l.lse_partials = {b.get<float>((long)p.M * n_tiles(p.N, ts.bn) * 2)};
+        l.target_logit = {targets(b, p.M), b.get<float>(p.M)};
+        return l;
+    }
+    static GeluBackward<bf16> gelu_backward(Buffers& b, const GemmProblem& p, const TileShape& ts) {
+        return {in_tile(b, p, 41), out_tile(b, p), out_tile(b, p), fold_grad(b, p, ts)};
+    }
+    static LnBackwardX<bf16> ln_backward_x(Buffers& b, const GemmProblem& p, const TileShape& ts) {
+        LnBackwardX<bf16> l;
+        l.mu = {vec(b, p.M, 51)};
+        l.rstd = {vec(b, p.M, 52, 0.1f, 1.f)};
+        l.m1 = {vec(b, p.M, 53)};
+        l.m2 = {vec(b, p.M, 54)};
+        l.gamma = {vec(b, p.N, 57, 0.1f, 1.f)};
+        l.beta = {vec(b, p.N, 58)};
+        l.x = in_tile(b, p, 55);
+        l.dres = in_tile(b, p, 56);
+        l.ln_out = {const_cast<bf16*>(l.x.p), l.x.layout};  // over x, as the trainer
+        l.dx_out = out_tile(b, p);
+        const long tm = n_tiles(p.M, ts.bm);
+        l.bias_grad = {b.get<float>(tm * p.N)};
+        l.dgamma = {b.get<float>(tm * p.N)};
+        l.dbeta = {b.get<float>(tm * p.N)};
+        return l;
+    }
 
-        fused({"1.5b", "qkv fwd", T, 3 * C, C, false, false, false}, "QkvForward",
-              [&](Buffers& b, const GemmProblem& p, const TileShape&) {
-                  QkvForward<bf16> q;
-                  q.ln = ln_fold(b, p);
-                  q.z = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
-                  return q;
-              });
-        for (auto [name, K] : {std::pair<const char*, int>{"proj fwd", C}, {"fcproj fwd", 4 * C}})
-            fused({"1.5b", name, T, C, K, false, false, false}, "ResidualForward",
-                  [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
-                      ResidualForward<bf16> r;
-                      r.bias = {vec(b, p.N, 31)};
-                      r.residual = {act(b, (long)p.M * p.N, 32), Layout{p.N, false}};
-                      r.x_out = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
-                      r.row_stats = {b.get<float>((long)p.M * n_tiles(p.N, ts.bn) * 3)};
-                      return r;
-                  });
-        fused({"1.5b", "fc fwd", T, 4 * C, C, false, false, false}, "FcForward",
-              [&](Buffers& b, const GemmProblem& p, const TileShape&) {
-                  FcForward<bf16> f;
-                  f.ln = ln_fold(b, p);
-                  f.f = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
-                  f.g = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
-                  return f;
-              });
-        fused({"1.5b", "lmhead fwd", T, kVocabPadded, C, false, true, false}, "LmHeadForward",
-              [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
-                  LmHeadForward<bf16> l;
-                  l.ln = ln_fold(b, p);
-                  l.logits = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
-                  l.vocab = kVocab;
-                  l.lse_partials = {b.get<float>((long)p.M * n_tiles(p.N, ts.bn) * 2)};
-                  l.target_logit = {targets(b, p.M), b.get<float>(p.M)};
-                  return l;
-              });
-        // dG GEMM: dres[T, C] Wp^T, Wp stored [4C, C] = [N, K].
-        fused({"1.5b", "fcproj dX (dG)", T, 4 * C, C, false, true, false}, "GeluBackward",
-              [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
-                  GeluBackward<bf16> g;
-                  g.f = {act(b, (long)p.M * p.N, 41), Layout{p.N, false}};
-                  g.g = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
-                  g.df = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
-                  g.fold = fold_grad(b, p, ts);
-                  return g;
-              });
-        // dX through the fc fold: df[T, 4C] Wfc^T, Wfc stored [C, 4C] = [N, K]; LN(x) over x.
-        fused({"1.5b", "fc dX", T, C, 4 * C, false, true, false}, "LnBackwardX",
-              [&](Buffers& b, const GemmProblem& p, const TileShape& ts) {
-                  LnBackwardX<bf16> l;
-                  l.mu = {vec(b, p.M, 51)};
-                  l.rstd = {vec(b, p.M, 52, 0.1f, 1.f)};
-                  l.m1 = {vec(b, p.M, 53)};
-                  l.m2 = {vec(b, p.M, 54)};
-                  l.gamma = {vec(b, p.N, 57, 0.1f, 1.f)};
-                  l.beta = {vec(b, p.N, 58)};
-                  bf16* x = act(b, (long)p.M * p.N, 55);
-                  l.x = {x, Layout{p.N, false}};
-                  l.dres = {act(b, (long)p.M * p.N, 56), Layout{p.N, false}};
-                  l.ln_out = {x, Layout{p.N, false}};  // over x, as the trainer
-                  l.dx_out = {b.get<bf16>((long)p.M * p.N), Layout{p.N, false}};
-                  const long tm = n_tiles(p.M, ts.bm);
-                  l.bias_grad = {b.get<float>(tm * p.N)};
-                  l.dgamma = {b.get<float>(tm * p.N)};
-                  l.dbeta = {b.get<float>(tm * p.N)};
-                  return l;
-              });
+    void fused_programs() {
+        fused(fused_shape("qkv fwd"), "QkvForward", qkv_forward);
+        fused(fused_shape("proj fwd"), "ResidualForward", residual_forward);
+        fused(fused_shape("fcproj fwd"), "ResidualForward", residual_forward);
+        fused(fused_shape("fc fwd"), "FcForward", fc_forward);
+        fused(fused_shape("lmhead fwd"), "LmHeadForward", lm_head_forward);
+        fused(fused_shape("fcproj dX"), "GeluBackward", gelu_backward);  // dres Wp^T
+        fused(fused_shape("fc dX"), "LnBackwardX", ln_backward_x);
+    }
+
+    // --ablate: each rung on ping-pong 128 x 128, the trainer's tile for these shapes, against our
+    // plain GEMM on that tile, paired (one kernel a rung: one tile configuration, one layout).
+    template <class P>
+    void time_rung(const Shape& s, const std::string& name, const P& program, const GemmProblem& prob, bf16* out) {
+        using Cfg = sm90::CfgPingPong128x128;
+        auto run = [&](const auto& p) {
+            if (s.b_t) sm90::detail::launch<Cfg, false, false>(p, prob, 1, 0);
+            else sm90::detail::launch<Cfg, false, true>(p, prob, 1, 0);
+        };
+        const PairedTimes t = paired_median_ms([&](int) { run(plain_store(out, s.N)); }, [&](int) { run(program); }, reps);
+        const std::string label = s.model + " " + s.name + " " + name;
+        fprintf(log, "%-44s %9.4f %9.4f %6.3f\n", label.c_str(), t.ms, t.ref_ms, t.ratio);
+        fflush(log);
+        record(s, "ablate:" + name, t, "plain_ms", "pp128x128", NAN);
+    }
+
+    // The ladders: each rung the one before with one part of the program's element() more, the
+    // trainer's program (its fused_programs() setup) last.
+    void ablation() {
+        using namespace ablation;
+        const TileShape ts = sm90::detail::tile_shape_of(sm90::Tile::kPingPong128x128);
+        auto ladder = [&](const std::string& gemm, auto&& rungs) {
+            const Shape s = fused_shape(gemm);
+            Buffers b;
+            const GemmProblem p = problem(s, act(b, (long)s.M * s.K, 3), act(b, (long)s.K * s.N, 4));
+            bf16* plain_out = out_tile(b, p).p;
+            rungs(b, p, [&](const std::string& name, const auto& program) { time_rung(s, name, program, p, plain_out); });
+        };
+        ladder("fcproj dX", [&](Buffers& b, const GemmProblem& p, auto&& rung) {
+            const GeluBackward<bf16> g = gelu_backward(b, p, ts);
+            rung("df = acc f", DfTimesF{{}, {}, g.f, g.df});
+            rung("+ gelu'", GeluDf{{}, {}, g.f, g.df});
+            rung("+ g stored", GeluDfG{{}, {}, g.f, g.g, g.df});
+            rung("+ m1, m2", GeluBackward<bf16, false>{g.f, g.g, g.df, fold_grad<false>(b, p, ts)});
+            rung("+ db (GeluBackward)", g);
+        });
+        ladder("fc fwd", [&](Buffers& b, const GemmProblem& p, auto&& rung) {
+            const FcForward<bf16> f = fc_forward(b, p, ts);
+            rung("f = LN fold", QkvForward<bf16>{{}, {}, f.ln, f.f});
+            rung("+ g = f stored", FcNoGelu{{}, {}, f.ln, f.f, f.g});
+            rung("+ gelu (FcForward)", f);
+        });
+        ladder("lmhead fwd", [&](Buffers& b, const GemmProblem& p, auto&& rung) {
+            const LmHeadForward<bf16> l = lm_head_forward(b, p, ts);
+            rung("z = LN fold", QkvForward<bf16>{{}, {}, l.ln, l.logits});
+            rung("+ target gather", LmNoLse{{}, {}, l.ln, l.logits, l.target_logit});
+            rung("+ LSE partials (LmHeadForward)", l);
+        });
+        ladder("proj fwd", [&](Buffers& b, const GemmProblem& p, auto&& rung) {
+            const ResidualForward<bf16> r = residual_forward(b, p, ts);
+            const long rows = (long)p.M * n_tiles(p.N, ts.bn);
+            rung("x = acc + b + res", ResNoStats{{}, {}, r.bias, r.residual, r.x_out});
+            rung("+ sums of x, x^2", ResSums{{}, r.bias, r.residual, r.x_out, {b.get<float>(rows)}, {b.get<float>(rows)}});
+            rung("+ Welford (ResidualForward)", r);
+        });
+        ladder("fc dX", [&](Buffers& b, const GemmProblem& p, auto&& rung) { rung("LnBackwardX", ln_backward_x(b, p, ts)); });
     }
 
     // A pass without a GEMM (K = 0: the engine's pass kernel) against a device-to-device copy of
@@ -588,7 +719,7 @@ double speed_geomean(const std::vector<Row>& rows) {
 int run(int argc, char** argv) {
     Bench bench;
     std::string only;
-    bool fused = true;
+    bool fused = true, ablate = false;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -601,9 +732,10 @@ int run(int argc, char** argv) {
         else if (a == "--only") only = next();
         else if (a == "--no-fused") fused = false;
         else if (a == "--energy") bench.energy_seconds = std::stod(next());
+        else if (a == "--ablate") ablate = true;
         else throw Error("bench_gemm: unknown option " + a +
                          " (usage: bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING] [--no-fused]"
-                         " [--energy SECONDS])");
+                         " [--energy SECONDS] [--ablate])");
     }
     if (bench.energy_seconds > 0) {
         bench.meter = GpuEnergy::open();
@@ -622,6 +754,11 @@ int run(int argc, char** argv) {
            bench.reps);
     printf("%-18s %6s %6s %6s %-7s %-12s %9s %9s %6s %7s\n", "shape", "M", "N", "K", "layout", "tile", "ours ms",
            "cublas ms", "ratio", "TFLOP/s");
+    if (ablate) {
+        printf("%-44s %9s %9s %6s\n", "variant on pp128x128 (1.5B shape)", "ms", "plain ms", "ratio");
+        bench.ablation();
+        return 0;
+    }
     for (const Shape& s : training_shapes())
         if (only.empty() || (s.model + " " + s.name).find(only) != std::string::npos) bench.plain(s);
     if (fused) {

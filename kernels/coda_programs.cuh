@@ -188,15 +188,16 @@ struct CrossEntropyGradient {
 
 // (5) dG GEMM, A = dres, B = Wp^T: GELU backward, then the dz-producer outputs of the fc fold.
 // df = acc * gelu'(f) ; g = gelu(f) ; m1 += df*c, m2 += df*(f - b~), db += df
-// g is re-emitted for the dW_p GEMM so the forward need not keep it.
-template <class Act = bf16>
+// g is re-emitted for the dW_p GEMM so the forward need not keep it. kBias = false leaves db out
+// (the trainer always takes it; bench_gemm --ablate times what it costs).
+template <class Act = bf16, bool kBias = true>
 struct GeluBackward {
     LoadTile<Act> f;
     StoreTile<Act> g, df;
-    FoldGradient<> fold;  // of the fc GEMM: its c, b~
+    FoldGradient<kBias> fold;  // of the fc GEMM: its c, b~
 
-    using Row = FoldGradient<>::Row;
-    using Col = FoldGradient<>::Col;
+    using Row = typename FoldGradient<kBias>::Row;
+    using Col = typename FoldGradient<kBias>::Col;
     template <class E>
     CODA_HD void element(const E& e, Row& row, Col& col) const {
         const float fv = f(e);
