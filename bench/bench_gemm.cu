@@ -460,12 +460,8 @@ struct Bench {
     template <class MakeProgram>
     void fused(const Shape& s, const std::string& name, MakeProgram make) {
         Buffers buf;
-        const long a_n = (long)s.M * s.K, b_n = (long)s.K * s.N, out_n = (long)s.M * s.N;
-        bf16* a = buf.get<bf16>(a_n);
-        bf16* b = buf.get<bf16>(b_n);
-        fill(a, a_n, 3);
-        fill(b, b_n, 4);
-        const GemmProblem prob = problem(s, a, b);
+        const long out_n = (long)s.M * s.N;
+        const GemmProblem prob = filled_problem(buf, s);
         using P = decltype(make(buf, prob, TileShape{}));  // not evaluated
         const TileShape ts = sm90::tile_shape<P>(prob);
         const auto program = make(buf, prob, ts);
@@ -482,7 +478,7 @@ struct Bench {
         fused_rows.push_back({label, t.ratio});
         record(s, name, t, "plain_ms", program_plan, NAN);
         if (!energy_for(s)) return;
-        const Sustained lt = sustained([&](int) { cublas_gemm(mm, s, a, b, plain_out); }, t.ref_ms);
+        const Sustained lt = sustained([&](int) { cublas_gemm(mm, s, prob.a.p, prob.b.p, plain_out); }, t.ref_ms);
         print_energy("cuBLASLt plain", lt);
         const Sustained plain = sustained(run_plain, t.ref_ms);
         print_energy(("ours plain " + plain_plan).c_str(), plain);
@@ -533,6 +529,10 @@ struct Bench {
         return f;
     }
 
+    // Shape s with filled operands: what fused() and ablation() time their programs on.
+    static GemmProblem filled_problem(Buffers& b, const Shape& s) {
+        return problem(s, act(b, (long)s.M * s.K, 3), act(b, (long)s.K * s.N, 4));
+    }
     // The trainer's programs on filled inputs, partials sized for tile shape ts: fused_programs()
     // times them, ablation() takes them apart.
     static LnFold ln_fold(Buffers& b, const GemmProblem& p) {
@@ -578,9 +578,10 @@ struct Bench {
         l.m2 = {vec(b, p.M, 54)};
         l.gamma = {vec(b, p.N, 57, 0.1f, 1.f)};
         l.beta = {vec(b, p.N, 58)};
-        l.x = in_tile(b, p, 55);
+        bf16* x = act(b, (long)p.M * p.N, 55);
+        l.x = {x, Layout{p.N, false}};
         l.dres = in_tile(b, p, 56);
-        l.ln_out = {const_cast<bf16*>(l.x.p), l.x.layout};  // over x, as the trainer
+        l.ln_out = {x, Layout{p.N, false}};  // over x, as the trainer
         l.dx_out = out_tile(b, p);
         const long tm = n_tiles(p.M, ts.bm);
         l.bias_grad = {b.get<float>(tm * p.N)};
@@ -600,9 +601,11 @@ struct Bench {
     }
 
     // --ablate: each rung on ping-pong 128 x 128, the trainer's tile for these shapes, against our
-    // plain GEMM on that tile, paired (one kernel a rung: one tile configuration, one layout).
+    // plain GEMM on that tile, paired. One kernel a rung: A is K-major on every fused shape, so only
+    // B's layout is dispatched (launch_layouts would build the three other layouts of every rung).
     template <class P>
     void time_rung(const Shape& s, const std::string& name, const P& program, const GemmProblem& prob, bf16* out) {
+        if (s.a_t) throw Error("bench_gemm --ablate: " + s.name + " has a transposed A");
         using Cfg = sm90::CfgPingPong128x128;
         auto run = [&](const auto& p) {
             if (s.b_t) sm90::detail::launch<Cfg, false, false>(p, prob, 1, 0);
@@ -623,7 +626,7 @@ struct Bench {
         auto ladder = [&](const std::string& gemm, auto&& rungs) {
             const Shape s = fused_shape(gemm);
             Buffers b;
-            const GemmProblem p = problem(s, act(b, (long)s.M * s.K, 3), act(b, (long)s.K * s.N, 4));
+            const GemmProblem p = filled_problem(b, s);
             bf16* plain_out = out_tile(b, p).p;
             rungs(b, p, [&](const std::string& name, const auto& program) { time_rung(s, name, program, p, plain_out); });
         };
@@ -632,7 +635,8 @@ struct Bench {
             rung("df = acc f", DfTimesF{{}, {}, g.f, g.df});
             rung("+ gelu'", GeluDf{{}, {}, g.f, g.df});
             rung("+ g stored", GeluDfG{{}, {}, g.f, g.g, g.df});
-            rung("+ m1, m2", GeluBackward<bf16, false>{g.f, g.g, g.df, fold_grad<false>(b, p, ts)});
+            const FoldGradient<false> rows_only{g.fold.c, g.fold.b_folded, g.fold.m1, g.fold.m2, {}};
+            rung("+ m1, m2", GeluBackward<bf16, false>{g.f, g.g, g.df, rows_only});
             rung("+ db (GeluBackward)", g);
         });
         ladder("fc fwd", [&](Buffers& b, const GemmProblem& p, auto&& rung) {
@@ -752,13 +756,13 @@ int run(int argc, char** argv) {
     bench.l2_bytes = prop.l2CacheSize;
     printf("%s, %d SMs, L2 %d MiB, reps %d (median)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
            bench.reps);
-    printf("%-18s %6s %6s %6s %-7s %-12s %9s %9s %6s %7s\n", "shape", "M", "N", "K", "layout", "tile", "ours ms",
-           "cublas ms", "ratio", "TFLOP/s");
     if (ablate) {
-        printf("%-44s %9s %9s %6s\n", "variant on pp128x128 (1.5B shape)", "ms", "plain ms", "ratio");
+        printf("%-44s %9s %9s %6s\n", "rung on pp128x128 (1.5B shape)", "ms", "plain ms", "ratio");
         bench.ablation();
         return 0;
     }
+    printf("%-18s %6s %6s %6s %-7s %-12s %9s %9s %6s %7s\n", "shape", "M", "N", "K", "layout", "tile", "ours ms",
+           "cublas ms", "ratio", "TFLOP/s");
     for (const Shape& s : training_shapes())
         if (only.empty() || (s.model + " " + s.name).find(only) != std::string::npos) bench.plain(s);
     if (fused) {

@@ -413,7 +413,7 @@ struct FoldGradientBuffers {
             }
         expect_sum(who + ": m1 = mean_j dz c", row_sums(m1, M, tiles_n, 1.0 / K), m1_ref, m1_mag, tol);
         expect_sum(who + ": m2 = mean_j dz (z - b~)", row_sums(m2, M, tiles_n, 1.0 / K), m2_ref, m2_mag, tol);
-        if (kBias) expect_sum(who + ": db = sum_i dz", col_sums(db, N, tiles_m), db_ref, db_mag, tol);
+        if constexpr (kBias) expect_sum(who + ": db = sum_i dz", col_sums(db, N, tiles_m), db_ref, db_mag, tol);
     }
 };
 
