@@ -8,6 +8,8 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <signal.h>
+#include <unistd.h>
 
 #include "common.hpp"
 #include "fileio.hpp"
@@ -319,6 +321,32 @@ std::string checkpoint_path(const std::string& out_dir, int step) {
     return (fs::path(out_dir) / ("ckpt_" + std::to_string(step) + ".bin")).string();
 }
 
+namespace {
+bool all_digits(const std::string& s) {
+    return !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The process that wrote `name` when it is the temporary file of a checkpoint write
+// (ckpt_<step>.bin.tmp.<pid>, AtomicFileWriter's name), else -1.
+long checkpoint_temp_writer(const std::string& name) {
+    const std::string prefix = "ckpt_", middle = ".bin.tmp.";
+    const size_t at = name.find(middle);
+    if (name.compare(0, prefix.size(), prefix) != 0 || at == std::string::npos ||
+        !all_digits(name.substr(prefix.size(), at - prefix.size())))
+        return -1;
+    const std::string pid = name.substr(at + middle.size());
+    return all_digits(pid) ? std::stol(pid) : -1;
+}
+
+// Deletes what `path` names, warning on failure: not fatal, the run and its newer checkpoints are
+// fine; the disk just fills sooner.
+void remove_or_warn(const std::string& path, const char* what) {
+    std::error_code ec;
+    fs::remove(path, ec);
+    if (ec) std::fprintf(stderr, "warning: cannot delete %s %s: %s\n", what, path.c_str(), ec.message().c_str());
+}
+}  // namespace
+
 std::vector<CheckpointFile> list_checkpoints(const std::string& out_dir) {
     std::vector<CheckpointFile> found;
     std::error_code ec;
@@ -329,8 +357,7 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& out_dir) {
             name.compare(name.size() - suffix, suffix, ".bin") != 0)
             continue;
         const std::string digits = name.substr(prefix, name.size() - prefix - suffix);
-        if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-            continue;
+        if (!all_digits(digits)) continue;
         found.push_back({std::stoi(digits), it->path().string()});
     }
     std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
@@ -347,13 +374,18 @@ void prune_checkpoints(const std::string& out_dir, int step, int keep) {
     std::vector<CheckpointFile> older;
     for (const CheckpointFile& c : list_checkpoints(out_dir))
         if (c.step <= step) older.push_back(c);
-    for (size_t i = 0; i + size_t(std::max(keep, 1)) < older.size(); i++) {
-        std::error_code ec;
-        fs::remove(older[i].path, ec);
-        // Not fatal: the run and its newer checkpoints are fine; the disk just fills sooner.
-        if (ec) std::fprintf(stderr, "warning: cannot delete old checkpoint %s: %s\n", older[i].path.c_str(),
-                             ec.message().c_str());
+    for (size_t i = 0; i + size_t(std::max(keep, 1)) < older.size(); i++) remove_or_warn(older[i].path, "old checkpoint");
+
+    // A writer killed before its rename (SIGKILL, a node lost) leaves its temporary file, as large
+    // as a checkpoint: those of processes that no longer run on this host go too.
+    std::vector<std::string> orphans;
+    std::error_code ec;
+    for (fs::directory_iterator it(out_dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const long pid = checkpoint_temp_writer(it->path().filename().string());
+        if (pid > 0 && pid != (long)::getpid() && ::kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            orphans.push_back(it->path().string());
     }
+    for (const std::string& path : orphans) remove_or_warn(path, "the unfinished checkpoint");
 }
 
 }  // namespace codagpt

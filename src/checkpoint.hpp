@@ -73,6 +73,8 @@ std::string latest_checkpoint(const std::string& out_dir);
 // Keeps the newest `keep` checkpoints of steps <= `step` (the one just written among them) and
 // deletes the older ones. Checkpoints of later steps (left by a run that went further before this
 // one resumed from an earlier checkpoint) are left alone; this run replaces them as it reaches them.
+// Also deletes the temporary files of checkpoint writes (ckpt_<step>.bin.tmp.<pid>) whose writer no
+// longer runs on this host: a process killed mid-write leaves one, as large as a checkpoint.
 void prune_checkpoints(const std::string& out_dir, int step, int keep);
 
 // CRC-32 (IEEE 802.3 polynomial, reflected; zlib's crc32), continued from `crc`.

@@ -14,7 +14,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 // `<path>.tmp.<pid>` as they are written; commit() fsyncs, renames over `path` and fsyncs the
 // folder. Destroyed without commit() (an error, an exception while producing the bytes), it removes
 // the temporary file and leaves `path` as it was. A crash before the rename can leave the
-// temporary file behind, never a damaged `path`.
+// temporary file behind, never a damaged `path` (prune_checkpoints deletes those of checkpoints).
 class AtomicFileWriter {
 public:
     explicit AtomicFileWriter(std::string path);  // throws Error when the temporary file cannot be made

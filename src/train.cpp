@@ -254,6 +254,11 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         check_resumable(*resume, cfg, resume_path);
     }
     const int first_step = resume ? resume->step : 0;
+    // A step the run resumes past would never come: refused rather than running to cfg.steps.
+    if (opt.stop_after > 0 && opt.stop_after <= first_step)
+        throw Error("--stop-after " + std::to_string(opt.stop_after) + " is not after step " +
+                    std::to_string(first_step) + ", where " + resume_path +
+                    " resumes (it counts steps from the run's start)");
     std::optional<ModelWeights> init;
     if (!opt.init_from.empty()) init = load_init_weights(opt.init_from, mc);
 

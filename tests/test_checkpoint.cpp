@@ -447,8 +447,8 @@ TEST_F(CheckpointTest, RefusedResumeOverwritesNothing) {
     corrupt[corrupt.size() / 2] ^= 1;
     write_bytes(dir / "corrupt.bin", corrupt);
 
-    auto expect_refused = [&](const std::string& resume, const std::string& want) {
-        const std::string msg = error_of([&] { run("r", resume); });
+    auto expect_refused = [&](const std::string& resume, const std::string& want, int stop_after = 0) {
+        const std::string msg = error_of([&] { run("r", resume, stop_after); });
         EXPECT_NE(msg.find(want), std::string::npos) << msg;
         EXPECT_EQ(read_bytes(out / "metrics.jsonl"), metrics_before);
         EXPECT_EQ(read_bytes(out / "config.json"), config_before);
@@ -461,6 +461,7 @@ TEST_F(CheckpointTest, RefusedResumeOverwritesNothing) {
     cfg.model.n_embd = 64;
     expect_refused("latest", "n_embd is 32 in the checkpoint but 64");
     cfg.model.n_embd = 32;
+    expect_refused("latest", "--stop-after 4 is not after step 4, where", /*stop_after=*/4);
     cfg.steps = 2;
     expect_refused("latest", "beyond this run's steps (2)");
     cfg.out_dir = (dir / "empty").string();
@@ -514,4 +515,19 @@ TEST_F(CheckpointTest, AFailedOrCrashedWriteLeavesThePreviousCheckpoint) {
     const Checkpoint back = load_checkpoint(latest_checkpoint(out.string()));
     expect_same_state(back.state, first.state);
     EXPECT_EQ(list_checkpoints(out.string()).size(), 1u);
+
+    // The next checkpoint's pruning deletes the dead writer's temporary file, as large as a
+    // checkpoint; a write still in flight (here this process's own) and other names stay.
+    const std::string dead_temp = path + ".tmp." + std::to_string(child);
+    ASSERT_TRUE(fs::exists(dead_temp));
+    AtomicFileWriter live(checkpoint_path(out.string(), 6));
+    live.write("x", 1);
+    write_bytes(out / "ckpt_5.bin.tmp.notapid", "x");
+    write_bytes(out / "notes.bin.tmp.1", "x");
+    prune_checkpoints(out.string(), 5, 1);
+    EXPECT_FALSE(fs::exists(dead_temp));
+    EXPECT_TRUE(fs::exists(live.temp_path()));
+    EXPECT_TRUE(fs::exists(out / "ckpt_5.bin.tmp.notapid"));
+    EXPECT_TRUE(fs::exists(out / "notes.bin.tmp.1"));
+    EXPECT_EQ(read_bytes(path), before);
 }
