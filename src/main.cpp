@@ -1,5 +1,6 @@
 // codagpt: one binary, one subcommand per job.
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,18 @@
 #include "prepare.hpp"
 #include "tokenizer.hpp"
 #endif
+
+namespace {
+// CLI11's NonNegativeNumber writes the top of its range, the largest double, out in 309 digits.
+const CLI::Validator kNonNegative(
+    [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return "expected a number, got " + text;
+        return v >= 0 ? "" : "must be >= 0, got " + text;
+    },
+    "NONNEGATIVE");
+}  // namespace
 
 int main(int argc, char** argv) {
     using namespace codagpt;
@@ -76,7 +89,7 @@ int main(int argc, char** argv) {
         ->excludes(resume_opt);
     train->add_option("--stop-after", train_opt.stop_after,
                       "Stop after this step (counted from the run's start; after the one --resume continues from) as on SIGINT: save a checkpoint and exit 0 (jobs with a time limit)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(kNonNegative);
     add_config_options(*train, overrides);
     train->footer(launch_help());  // the launcher parses its flags before CLI11 runs
 
@@ -125,13 +138,13 @@ int main(int argc, char** argv) {
         ->required();
     sample_cmd->add_option("--prompt", sample_prompt, "Text to continue (default: start from <|endoftext|>)");
     sample_cmd->add_option("--max-tokens", sample_opt.max_tokens, "Tokens to generate (fewer when the context fills)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(kNonNegative)
         ->capture_default_str();
     sample_cmd->add_option("--temperature", sample_opt.temperature, "Softmax temperature; 0 is greedy")
-        ->check(CLI::NonNegativeNumber)
+        ->check(kNonNegative)
         ->capture_default_str();
     sample_cmd->add_option("--top-k", sample_opt.top_k, "Sample among the K likeliest tokens; 0: all")
-        ->check(CLI::NonNegativeNumber)
+        ->check(kNonNegative)
         ->capture_default_str();
     sample_cmd->add_option("--seed", sample_opt.seed, "Random seed (same seed, same text)")->capture_default_str();
     sample_cmd->add_option("--device", sample_device, "auto (GPU when present), cpu or cuda (bf16 weights)")

@@ -45,6 +45,11 @@ expect_error "seq_len" train --seq_len 100000
 expect_error "--input" prepare --out /tmp/x
 expect_error "cannot open checkpoint /nonexistent/ckpt_5.bin" train --device cpu --resume /nonexistent/ckpt_5.bin
 expect_error "not a codagpt checkpoint (bad magic)" train --device cpu --resume configs/gpt2-tiny.json
+expect_error "--stop-after: must be >= 0, got -1 (see --help)" train --stop-after -1
+if "$bin" sample --help > /dev/null 2>&1; then  # builds with the tokenizer
+  expect_error "--temperature: must be >= 0, got -0.5 (see --help)" sample --checkpoint x --temperature -0.5
+  expect_error "--top-k: expected a number, got many" sample --checkpoint x --top-k many
+fi
 expect_error "sample_every: must be >= 0" train --sample_every -1
 expect_error "sample_every: expected an integer" train --sample_every often
 expect_error "sample_tokens: must be >= 1" train --sample_tokens 0
