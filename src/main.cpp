@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
                                                      : std::make_unique<GPT2Decoder>(w.config, w.params.data());
             Utf8Stream text;
             std::fwrite(sample_prompt.data(), 1, sample_prompt.size(), stdout);
-            generate(*dec, prompt, sample_opt, [&](int t) {
+            const std::vector<int> out = generate(*dec, prompt, sample_opt, [&](int t) {
                 const std::string s = text.push(tok.decode(&t, 1));
                 std::fwrite(s.data(), 1, s.size(), stdout);
                 std::fflush(stdout);
@@ -223,6 +223,9 @@ int main(int argc, char** argv) {
             const std::string rest = text.flush();
             std::fwrite(rest.data(), 1, rest.size(), stdout);
             std::printf("\n");
+            if ((int)out.size() < sample_opt.max_tokens)
+                std::fprintf(stderr, "codagpt: note: %zu of the %d tokens asked for: the model's context of %d positions "
+                             "(max_seq_len) is full\n", out.size(), sample_opt.max_tokens, w.config.max_seq_len);
             return 0;
         }
 #endif
