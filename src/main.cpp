@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
                       ".safetensors or llm.c model .bin of the config's model shape")
         ->excludes(resume_opt);
     train->add_option("--stop-after", train_opt.stop_after,
-                      "Stop after this step (counted from the run's start; after the one --resume continues from) as on SIGINT: save a checkpoint and exit 0 (jobs with a time limit)")
+                      "Stop after this step as on SIGINT: save a checkpoint and exit 0 (jobs with a time limit; counted from "
+                      "the run's start, so past the step --resume continues from)")
         ->check(kNonNegative);
     add_config_options(*train, overrides);
     train->footer(launch_help());  // the launcher parses its flags before CLI11 runs
