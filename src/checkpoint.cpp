@@ -7,9 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
-#include <signal.h>
-#include <unistd.h>
 
 #include "common.hpp"
 #include "fileio.hpp"
@@ -322,24 +321,20 @@ std::string checkpoint_path(const std::string& out_dir, int step) {
 }
 
 namespace {
-bool all_digits(const std::string& s) {
-    return !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+// The step of a checkpoint's file name (exactly ckpt_<step>.bin, checkpoint_path's), if it is one.
+std::optional<int> checkpoint_step(const std::string& name) {
+    const size_t prefix = 5, suffix = 4;  // "ckpt_", ".bin"
+    if (name.size() <= prefix + suffix || name.compare(0, prefix, "ckpt_") != 0 ||
+        name.compare(name.size() - suffix, suffix, ".bin") != 0)
+        return std::nullopt;
+    const std::string digits = name.substr(prefix, name.size() - prefix - suffix);
+    if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return std::nullopt;
+    return std::stoi(digits);
 }
 
-// The process that wrote `name` when it is the temporary file of a checkpoint write
-// (ckpt_<step>.bin.tmp.<pid>, AtomicFileWriter's name), else -1.
-long checkpoint_temp_writer(const std::string& name) {
-    const std::string prefix = "ckpt_", middle = ".bin.tmp.";
-    const size_t at = name.find(middle);
-    if (name.compare(0, prefix.size(), prefix) != 0 || at == std::string::npos ||
-        !all_digits(name.substr(prefix.size(), at - prefix.size())))
-        return -1;
-    const std::string pid = name.substr(at + middle.size());
-    return all_digits(pid) ? std::stol(pid) : -1;
-}
-
-// Deletes what `path` names, warning on failure: not fatal, the run and its newer checkpoints are
-// fine; the disk just fills sooner.
+// Deletes `path`, warning on failure: not fatal, the run and its newer checkpoints are fine; the
+// disk just fills sooner.
 void remove_or_warn(const std::string& path, const char* what) {
     std::error_code ec;
     fs::remove(path, ec);
@@ -350,16 +345,9 @@ void remove_or_warn(const std::string& path, const char* what) {
 std::vector<CheckpointFile> list_checkpoints(const std::string& out_dir) {
     std::vector<CheckpointFile> found;
     std::error_code ec;
-    for (fs::directory_iterator it(out_dir, ec), end; !ec && it != end; it.increment(ec)) {
-        const std::string name = it->path().filename().string();
-        const size_t prefix = 5, suffix = 4;  // "ckpt_", ".bin"
-        if (name.size() <= prefix + suffix || name.compare(0, prefix, "ckpt_") != 0 ||
-            name.compare(name.size() - suffix, suffix, ".bin") != 0)
-            continue;
-        const std::string digits = name.substr(prefix, name.size() - prefix - suffix);
-        if (!all_digits(digits)) continue;
-        found.push_back({std::stoi(digits), it->path().string()});
-    }
+    for (fs::directory_iterator it(out_dir, ec), end; !ec && it != end; it.increment(ec))
+        if (const std::optional<int> step = checkpoint_step(it->path().filename().string()))
+            found.push_back({*step, it->path().string()});
     std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
     return found;
 }
@@ -377,15 +365,9 @@ void prune_checkpoints(const std::string& out_dir, int step, int keep) {
     for (size_t i = 0; i + size_t(std::max(keep, 1)) < older.size(); i++) remove_or_warn(older[i].path, "old checkpoint");
 
     // A writer killed before its rename (SIGKILL, a node lost) leaves its temporary file, as large
-    // as a checkpoint: those of processes that no longer run on this host go too.
-    std::vector<std::string> orphans;
-    std::error_code ec;
-    for (fs::directory_iterator it(out_dir, ec), end; !ec && it != end; it.increment(ec)) {
-        const long pid = checkpoint_temp_writer(it->path().filename().string());
-        if (pid > 0 && pid != (long)::getpid() && ::kill((pid_t)pid, 0) != 0 && errno == ESRCH)
-            orphans.push_back(it->path().string());
-    }
-    for (const std::string& path : orphans) remove_or_warn(path, "the unfinished checkpoint");
+    // as a checkpoint.
+    for (const OrphanedTemporary& t : orphaned_temporaries(out_dir))
+        if (checkpoint_step(fs::path(t.target).filename().string())) remove_or_warn(t.path, "the unfinished checkpoint");
 }
 
 }  // namespace codagpt

@@ -5,14 +5,18 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <signal.h>
 #include <unistd.h>
 
 #include "common.hpp"
 
 namespace codagpt {
+namespace {
+constexpr const char* kTempInfix = ".tmp.";  // <path>.tmp.<pid>
+}
 
 AtomicFileWriter::AtomicFileWriter(std::string path)
-    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(getpid())) {
+    : path_(std::move(path)), tmp_(path_ + kTempInfix + std::to_string(getpid())) {
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd_ < 0) throw Error("cannot create " + tmp_ + ": " + std::strerror(errno));
 }
@@ -77,6 +81,22 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     AtomicFileWriter out(path);
     out.write(bytes.data(), bytes.size());
     out.commit();
+}
+
+std::vector<OrphanedTemporary> orphaned_temporaries(const std::string& dir) {
+    std::vector<OrphanedTemporary> found;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        const size_t at = name.rfind(kTempInfix);
+        if (at == std::string::npos || at == 0) continue;
+        const std::string pid = name.substr(at + std::strlen(kTempInfix));
+        if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+        const long writer = std::stol(pid);
+        if (writer <= 0 || writer == (long)::getpid() || ::kill((pid_t)writer, 0) == 0 || errno != ESRCH) continue;
+        found.push_back({it->path().string(), (it->path().parent_path() / name.substr(0, at)).string()});
+    }
+    return found;
 }
 
 }  // namespace codagpt

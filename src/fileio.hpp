@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace codagpt {
 
@@ -14,7 +15,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 // `<path>.tmp.<pid>` as they are written; commit() fsyncs, renames over `path` and fsyncs the
 // folder. Destroyed without commit() (an error, an exception while producing the bytes), it removes
 // the temporary file and leaves `path` as it was. A crash before the rename can leave the
-// temporary file behind, never a damaged `path` (prune_checkpoints deletes those of checkpoints).
+// temporary file behind, never a damaged `path` (orphaned_temporaries finds those).
 class AtomicFileWriter {
 public:
     explicit AtomicFileWriter(std::string path);  // throws Error when the temporary file cannot be made
@@ -34,5 +35,13 @@ private:
     int fd_ = -1;
     size_t written_ = 0;
 };
+
+// The temporary files in `dir` that AtomicFileWriters left behind in a crash (killed before
+// commit() or the destructor ran): those whose writing process no longer runs on this host. Each
+// with the path it was for, so that a caller deletes only the kinds of files it owns.
+struct OrphanedTemporary {
+    std::string path, target;
+};
+std::vector<OrphanedTemporary> orphaned_temporaries(const std::string& dir);
 
 }  // namespace codagpt

@@ -523,11 +523,12 @@ TEST_F(CheckpointTest, AFailedOrCrashedWriteLeavesThePreviousCheckpoint) {
     AtomicFileWriter live(checkpoint_path(out.string(), 6));
     live.write("x", 1);
     write_bytes(out / "ckpt_5.bin.tmp.notapid", "x");
-    write_bytes(out / "notes.bin.tmp.1", "x");
+    const std::string other_dead_temp = "notes.bin.tmp." + std::to_string(child);  // not a checkpoint's
+    write_bytes(out / other_dead_temp, "x");
     prune_checkpoints(out.string(), 5, 1);
     EXPECT_FALSE(fs::exists(dead_temp));
     EXPECT_TRUE(fs::exists(live.temp_path()));
     EXPECT_TRUE(fs::exists(out / "ckpt_5.bin.tmp.notapid"));
-    EXPECT_TRUE(fs::exists(out / "notes.bin.tmp.1"));
+    EXPECT_TRUE(fs::exists(out / other_dead_temp));
     EXPECT_EQ(read_bytes(path), before);
 }
