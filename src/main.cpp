@@ -1,4 +1,5 @@
 // codagpt: one binary, one subcommand per job.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -94,6 +95,26 @@ int main(int argc, char** argv) {
     add_config_options(*train, overrides);
     train->footer(launch_help());  // the launcher parses its flags before CLI11 runs
 
+    // ---- eval (a model's validation loss, as training evaluates it)
+    CLI::App* eval_cmd = app.add_subcommand("eval", "Validation loss of a model's weights, as a training run evaluates "
+                                                    "it (GPU when present, else the CPU reference)");
+    EvalOptions eval_opt;
+    bool eval_json = false;
+    eval_cmd->add_option("--checkpoint", eval_opt.weights, "A codagpt checkpoint, .safetensors or llm.c model .bin")
+        ->required();
+    eval_cmd->add_option("-c,--config", eval_opt.config,
+                         "Config name or path for the data, batch_size, seq_len and eval_batches (default: a "
+                         "checkpoint's own run config, else gpt2-tiny); the model's shape is the weights'");
+    eval_cmd->add_option("--device", eval_opt.device, "auto (GPU when present), cpu or cuda")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+        ->capture_default_str();
+    eval_cmd->add_option("--fusion", eval_opt.fusion, "GPU path: coda, unfused, or auto (coda on sm_80+ GPUs)")
+        ->check(CLI::IsMember({"auto", "coda", "unfused"}))
+        ->capture_default_str();
+    eval_cmd->add_flag("--all", eval_opt.all, "Every window of the validation data, not the first eval_batches");
+    eval_cmd->add_flag("--json", eval_json, "Print one JSON object instead of the text line");
+    add_config_options(*eval_cmd, eval_opt.overrides);
+
     // ---- prepare
 #ifdef CODAGPT_HAVE_TOKENIZER
     CLI::App* prepare = app.add_subcommand("prepare", "Tokenize text files into llm.c-format train/val shards");
@@ -184,6 +205,24 @@ int main(int argc, char** argv) {
             };
 #endif
             return run_train(cfg, train_opt);
+        }
+        if (eval_cmd->parsed()) {
+            const EvalResult r = run_eval(eval_opt);
+            const TrainConfig& c = r.config;
+            const long tokens = (long)r.batches * c.batch_size * c.seq_len;
+            if (eval_json) {
+                const nlohmann::json j = {{"weights", eval_opt.weights}, {"val_loss", r.val_loss},
+                                          {"perplexity", std::exp(r.val_loss)}, {"batches", r.batches},
+                                          {"batch_size", c.batch_size}, {"seq_len", c.seq_len}, {"tokens", tokens},
+                                          {"val_data", c.val_data}, {"backend", r.backend}, {"seconds", r.seconds}};
+                std::printf("%s\n", j.dump().c_str());
+            } else {
+                std::printf("val loss %.4f | perplexity %.2f | %d batches of %d x %d = %ld tokens of %s | %s | "
+                            "%.1f s\n",
+                            r.val_loss, std::exp(r.val_loss), r.batches, c.batch_size, c.seq_len, tokens,
+                            c.val_data.c_str(), r.backend.c_str(), r.seconds);
+            }
+            return 0;
         }
         if (plot_cmd->parsed()) {
             std::printf("wrote %s\n", plot_runs(plot_dirs, plot_out, plot_labels).c_str());

@@ -129,12 +129,9 @@ nlohmann::json tensor_grad_norms(const std::vector<float>& grads, const std::vec
 }
 
 // dp: this process's rank of a data-parallel job (GPU only), or null.
-std::unique_ptr<TrainBackend> make_backend(const TrainConfig& cfg, const TrainOptions& opt,
-                                           const std::shared_ptr<DataParallel>& dp) {
-    if (use_gpu(opt.device)) {
-        const GPUBackendOptions gpu{parse_recompute(opt.recompute), opt.recompute_layers};
-        return use_coda(opt.fusion) ? make_coda_gpu_backend(cfg, gpu, dp) : make_gpu_backend(cfg, gpu, dp);
-    }
+std::unique_ptr<TrainBackend> make_backend(const TrainConfig& cfg, const std::string& device, const std::string& fusion,
+                                           const GPUBackendOptions& gpu, const std::shared_ptr<DataParallel>& dp) {
+    if (use_gpu(device)) return use_coda(fusion) ? make_coda_gpu_backend(cfg, gpu, dp) : make_gpu_backend(cfg, gpu, dp);
     return make_cpu_backend(cfg);
 }
 
@@ -148,20 +145,27 @@ std::vector<double> sum_over_ranks(DataParallel* dp, const std::vector<double>& 
     return sum;
 }
 
+// The model keys in which a weights file's model differs from a config's: "n_embd 32 (config 64), ...";
+// empty when they agree.
+std::string model_differences(const ModelConfig& file, const ModelConfig& config) {
+    std::string diff;
+    auto compare = [&](const char* key, int f, int c) {
+        if (f != c)
+            diff += std::string(diff.empty() ? "" : ", ") + key + " " + std::to_string(f) + " (config " +
+                    std::to_string(c) + ")";
+    };
+    compare("n_layer", file.n_layer, config.n_layer);
+    compare("n_head", file.n_head, config.n_head);
+    compare("n_embd", file.n_embd, config.n_embd);
+    compare("max_seq_len", file.max_seq_len, config.max_seq_len);
+    compare("vocab_size", file.vocab_size, config.vocab_size);
+    return diff;
+}
+
 // Weights for --init-from: any weights file, of exactly the config's model shape.
 ModelWeights load_init_weights(const std::string& path, const ModelConfig& mc) {
     ModelWeights w = load_weights(path);
-    std::string diff;
-    auto compare = [&](const char* key, int file, int config) {
-        if (file != config)
-            diff += std::string(diff.empty() ? "" : ", ") + key + " " + std::to_string(file) + " (config " +
-                    std::to_string(config) + ")";
-    };
-    compare("n_layer", w.config.n_layer, mc.n_layer);
-    compare("n_head", w.config.n_head, mc.n_head);
-    compare("n_embd", w.config.n_embd, mc.n_embd);
-    compare("max_seq_len", w.config.max_seq_len, mc.max_seq_len);
-    compare("vocab_size", w.config.vocab_size, mc.vocab_size);
+    const std::string diff = model_differences(w.config, mc);
     if (!diff.empty())
         throw Error("--init-from " + path + ": the file's model does not match the config's: " + diff +
                     "; set these config keys to the file's values");
@@ -294,7 +298,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
 
     // ---- model and optimizer on the chosen device (weights, moments and step from the checkpoint;
     // weights only from --init-from)
-    std::unique_ptr<TrainBackend> model = make_backend(cfg, opt, dp);
+    std::unique_ptr<TrainBackend> model =
+        make_backend(cfg, opt.device, opt.fusion, GPUBackendOptions{recompute, opt.recompute_layers}, dp);
     if (opt.wrap_backend) model = opt.wrap_backend(std::move(model));
     if (opt.phase_times) model->time_phases();
     if (resume) {
@@ -590,6 +595,40 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         std::printf("benchmark record appended to %s\n", opt.bench_json.c_str());
     }
     return 0;
+}
+
+EvalResult run_eval(const EvalOptions& opt) {
+    // The weights, and a checkpoint's run config with them (one read of the file)
+    ModelWeights w;
+    std::optional<TrainConfig> run_config;
+    if (detect_weights_format(opt.weights) == WeightsFormat::checkpoint) {
+        Checkpoint ck = load_checkpoint(opt.weights);
+        run_config = ck.config;
+        w = {ck.config.model, std::move(ck.state.params)};
+    } else {
+        w = load_weights(opt.weights);
+    }
+    EvalResult r;
+    TrainConfig& cfg = r.config;
+    cfg = !opt.config.empty() ? load_config(opt.config) : run_config ? *run_config : load_config("gpt2-tiny");
+    cfg.model = w.config;  // before the overrides, which validate seq_len against it
+    apply_overrides(cfg, opt.overrides);
+    const std::string diff = model_differences(w.config, cfg.model);
+    if (!diff.empty())
+        throw Error("eval: the options contradict the model of " + opt.weights + ": " + diff +
+                    " (its shape comes from the weights: leave those keys out)");
+    validate(cfg);
+
+    DataLoader val(cfg.val_data, cfg.batch_size, cfg.seq_len, 0, 1, /*shuffle=*/false, cfg.seed, cfg.model.vocab_size);
+    r.batches = opt.all ? (int)val.windows_per_rank() : (int)std::min<size_t>(cfg.eval_batches, val.windows_per_rank());
+    std::unique_ptr<TrainBackend> model = make_backend(cfg, opt.device, opt.fusion, GPUBackendOptions{}, nullptr);
+    model->load_params(w.params);
+    r.backend = model->describe();
+    std::vector<int> inputs((size_t)cfg.batch_size * cfg.seq_len), targets(inputs.size());
+    const auto t0 = std::chrono::steady_clock::now();
+    r.val_loss = evaluate(*model, val, r.batches, inputs, targets, nullptr);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
 }
 
 }  // namespace codagpt

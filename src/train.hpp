@@ -61,4 +61,27 @@ struct TrainOptions {
 // from its own generator, so the losses are those of the same run without samples.
 int run_train(const TrainConfig& cfg, const TrainOptions& opt);
 
+// `codagpt eval`: the validation loss of a model's weights, computed as a training run's evaluation
+// computes it (the same backends, batches and order), so a checkpoint's loss here is the one its
+// run logged at that step for the same data, B, T and eval_batches.
+struct EvalOptions {
+    std::string weights;   // a codagpt checkpoint, .safetensors or llm.c model .bin
+    // Config name or path for the data, B, T and eval_batches; empty: a checkpoint's own run config,
+    // or gpt2-tiny's for other weights. The model's shape is always the weights'.
+    std::string config;
+    std::vector<std::string> overrides;  // "key=value", applied after the config (config_cli.hpp)
+    std::string device = "auto";         // auto | cpu | cuda
+    std::string fusion = "auto";         // GPU path: coda, unfused, or auto
+    bool all = false;                    // every window of the validation data instead of eval_batches
+};
+struct EvalResult {
+    double val_loss = 0;  // mean over the batches of each batch's mean token loss
+    int batches = 0;
+    TrainConfig config;   // as used: the weights' model, the data, B and T
+    std::string backend;  // TrainBackend::describe()
+    double seconds = 0;   // of the evaluation itself (not loading)
+};
+// Bad input (weights, config, data, a model key that contradicts the weights) throws codagpt::Error.
+EvalResult run_eval(const EvalOptions& opt);
+
 }  // namespace codagpt

@@ -57,6 +57,10 @@ expect_error "cannot open weights file /nonexistent/w.safetensors" train --devic
 expect_error "configs/gpt2-tiny.json: not a weights file" train --device cpu --init-from configs/gpt2-tiny.json
 expect_error "n_embd 32 (config 64)" train --device cpu --init-from "$narrow"
 expect_error "excludes" train --device cpu --init-from "$narrow" --resume latest
+expect_error "--checkpoint is required" eval --device cpu
+expect_error "cannot open weights file /nonexistent/w.bin" eval --device cpu --checkpoint /nonexistent/w.bin
+expect_error "the options contradict the model of $narrow: n_embd 32 (config 64)" eval --device cpu --checkpoint "$narrow" --n_embd 64
+expect_error "seq_len: must be <= max_seq_len (64), got 128" eval --device cpu --checkpoint "$narrow" --seq_len 128
 CODAGPT_DUMP=nodir expect_error "CODAGPT_DUMP must be DIR:LAYER[,LAYER...], got 'nodir'" train --device cpu
 CODAGPT_DUMP=/nonexistent:3 expect_error "CODAGPT_DUMP: no directory /nonexistent" train --device cpu
 echo "$((total - fails)) passed, $fails failed"

@@ -130,3 +130,32 @@ TEST_F(GPUCheckpoint, ResumedRunMatchesTheUninterruptedRun) {
     EXPECT_TRUE(same_bits(fa.state.m, fb.state.m));
     EXPECT_TRUE(same_bits(fa.state.v, fb.state.v));
 }
+
+// `codagpt eval` on a GPU run's checkpoint: the validation loss the run logged after its last step,
+// bit for bit, on each GPU path (a fresh backend rounds the loaded masters as the run's last update
+// did; the fused path folds them as after that update).
+TEST_F(GPUCheckpoint, EvalOfACheckpointIsTheRunsLastValidationLoss) {
+    REQUIRE_GPU();
+    cfg.steps = 10;
+    cfg.ckpt_every = 10;
+    for (const std::string fusion : {"unfused", "coda"}) {
+        SCOPED_TRACE(fusion);
+        cfg.out_dir = (dir / fusion).string();
+        TrainOptions opt;
+        opt.device = "cuda";
+        opt.fusion = fusion;
+        opt.quiet = true;
+        ASSERT_EQ(run_train(cfg, opt), 0);
+        double logged = 0;
+        std::ifstream f(fs::path(cfg.out_dir) / "metrics.jsonl");
+        for (std::string line; std::getline(f, line);)
+            if (const json j = json::parse(line); j.contains("val_loss")) logged = j["val_loss"].get<double>();
+        EvalOptions e;
+        e.weights = checkpoint_path(cfg.out_dir, 10);
+        e.device = "cuda";
+        e.fusion = fusion;
+        const EvalResult r = run_eval(e);
+        EXPECT_EQ(r.val_loss, logged);
+        EXPECT_EQ(r.batches, cfg.eval_batches);
+    }
+}

@@ -47,6 +47,18 @@ struct TrainRun : ::testing::Test {
         for (std::string line; std::getline(f, line);) lines.push_back(nlohmann::json::parse(line));
         return lines;
     }
+    // Run "base": 5 steps, evaluated and checkpointed after the last. Returns that evaluation's
+    // loss; the checkpoint is checkpoint_path(cfg.out_dir, 5).
+    double base_run_with_checkpoint() {
+        cfg.steps = 5;
+        cfg.eval_every = 5;
+        cfg.ckpt_every = 5;
+        const auto lines = run("base");
+        std::vector<double> val;
+        for (const auto& j : lines)
+            if (j.contains("val_loss")) val.push_back(j["val_loss"].get<double>());
+        return val.back();
+    }
 };
 
 std::vector<double> field(const std::vector<nlohmann::json>& lines, const char* key) {
@@ -221,10 +233,7 @@ TEST_F(TrainRun, BadSampleSettingsAreRefusedUpFront) {
 // export or an llm.c export: the step-0 evaluation sees exactly those weights, the run counts its
 // steps from 0 and its optimizer from scratch (AdamW's update count in its checkpoints starts anew).
 TEST_F(TrainRun, InitFromStartsFromOtherWeightsAtStepZero) {
-    cfg.steps = 5;
-    cfg.eval_every = 5;
-    cfg.ckpt_every = 5;
-    const double base_val = field(run("base"), "val_loss").back();  // after step 5
+    const double base_val = base_run_with_checkpoint();
     const std::string ckpt = checkpoint_path(cfg.out_dir, 5);
     const ModelWeights w = load_weights(ckpt);
     export_safetensors((dir / "w.safetensors").string(), w.config, w.params.data());
@@ -269,6 +278,48 @@ TEST_F(TrainRun, InitFromRefusesAnotherShapeJunkAndResume) {
     opt.resume = "latest";
     EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "--init-from and --resume exclude each other"));
     EXPECT_FALSE(fs::exists(cfg.out_dir));
+}
+
+// `codagpt eval`: a checkpoint's validation loss is the one its run logged at that step (the run's
+// own config by default: its data, B, T and eval_batches), from every weights format; --all reads
+// every window; model keys that contradict the weights are refused.
+TEST_F(TrainRun, EvalOfACheckpointIsTheRunsValidationLoss) {
+    const double logged = base_run_with_checkpoint();
+    const std::string ckpt = checkpoint_path(cfg.out_dir, 5);
+    EvalOptions e;
+    e.weights = ckpt;
+    e.device = "cpu";
+    const EvalResult r = run_eval(e);
+    EXPECT_EQ(r.val_loss, logged);
+    EXPECT_EQ(r.batches, cfg.eval_batches);
+    EXPECT_EQ(r.config.val_data, cfg.val_data);
+
+    // Other formats carry no run config: the run's config.json gives the same data, B and T.
+    const ModelWeights w = load_weights(ckpt);
+    e.weights = (dir / "w.safetensors").string();
+    export_safetensors(e.weights, w.config, w.params.data());
+    e.config = (fs::path(cfg.out_dir) / "config.json").string();
+    EXPECT_EQ(run_eval(e).val_loss, logged);
+
+    // --all: every window, from the first; the first eval_batches of them are the logged mean's.
+    e.all = true;
+    const EvalResult all = run_eval(e);
+    const size_t windows = (4000 - 1) / (cfg.batch_size * cfg.seq_len);
+    EXPECT_EQ(all.batches, (int)windows);
+    EXPECT_NE(all.val_loss, logged);
+    e.all = false;
+    e.overrides = {"eval_batches=1", "batch_size=2"};
+    const EvalResult small = run_eval(e);
+    EXPECT_EQ(small.batches, 1);
+    EXPECT_EQ(small.config.batch_size, 2);
+    EXPECT_NE(small.val_loss, logged);
+
+    e.overrides = {"n_embd=64"};
+    const std::string msg = error_of([&] { run_eval(e); });
+    EXPECT_TRUE(mentions(msg, "n_embd 32 (config 64)")) << msg;
+    e.overrides = {};
+    e.weights = synth.dir.write("junk.bin", "not a model");
+    EXPECT_TRUE(mentions(error_of([&] { run_eval(e); }), "junk.bin"));
 }
 
 // --phase-times: the arithmetic of a step's phases from its event times, and the medians reported.
