@@ -235,6 +235,12 @@ void validate(const TrainConfig& c) {
     require_at_least("seq_len", c.seq_len, 1);
     require(c.seq_len <= m.max_seq_len, "seq_len",
             "must be <= max_seq_len (" + str(m.max_seq_len) + "), got " + str(c.seq_len));
+    // The GPU kernels index a micro-batch's tokens with int and launch attention with a grid of
+    // batch_size blocks in z (at most 65535).
+    require(c.batch_size <= 65535, "batch_size", "must be <= 65535, got " + str(c.batch_size));
+    require((long long)c.batch_size * c.seq_len < (1LL << 31), "batch_size",
+            "times seq_len (the tokens of a micro-batch) must be below 2^31, got " + str(c.batch_size) + " x " +
+                str(c.seq_len));
     require_at_least("grad_accum", c.grad_accum, 1);
     require_at_least("steps", c.steps, 1);
     require(c.lr > 0, "lr", "must be > 0, got " + str(c.lr));

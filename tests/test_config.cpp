@@ -171,6 +171,8 @@ TEST(Config, ImpossibleValuesAreNamed) {
         {"batch_size", {{"batch_size", 0}}},
         {"seq_len", {{"seq_len", 0}}},
         {"seq_len", {{"seq_len", 65}}},  // > max_seq_len 64
+        {"batch_size", {{"batch_size", 65536}}},
+        {"batch_size", {{"batch_size", 32768}, {"max_seq_len", 65536}, {"seq_len", 65536}}},  // 2^31 tokens
         {"grad_accum", {{"grad_accum", 0}}},
         {"steps", {{"steps", 0}}},
         {"lr", {{"lr", 0}}},
@@ -201,6 +203,7 @@ TEST(Config, BoundaryValuesAreAccepted) {
                         {"lr", 1},             {"seed", 18446744073709551615ULL}};
     EXPECT_NO_THROW(config_from_json(defaults_with(patch)));
     EXPECT_NO_THROW(config_from_json(defaults_with({{"min_lr_frac", 1}, {"vocab_size", 1}})));
+    EXPECT_NO_THROW(config_from_json(defaults_with({{"batch_size", 32767}, {"max_seq_len", 65536}, {"seq_len", 65536}})));
 }
 
 TEST(Config, LoadConfigErrorsNameTheFile) {
