@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -59,6 +60,21 @@ uint64_t unsigned_at(const json& j, const char* key) {
     return v.get<uint64_t>();
 }
 
+// j[key]: an array of finite numbers (an outlier window), of at most 2^20.
+std::vector<double> finite_numbers(const json& j, const char* key) {
+    const json& v = j.at(key);
+    if (!v.is_array() || v.size() > (1u << 20))
+        throw Error(std::string("outlier_windows.") + key + " is not an array of at most 2^20 numbers");
+    std::vector<double> out;
+    for (const json& x : v) {
+        if (!x.is_number() || !std::isfinite(x.get<double>()))
+            throw Error(std::string("outlier_windows.") + key + " holds " +
+                        (x.is_number() ? x.dump() : std::string("a ") + x.type_name()) + ", not a finite number");
+        out.push_back(x.get<double>());
+    }
+    return out;
+}
+
 // Fills everything but the tensor data from the metadata, checking the tensor table against the
 // checkpoint's own config: the tensors must be exactly param.*, adam_m.*, adam_v.* over its
 // param_layout(), contiguous, f32, covering data_bytes.
@@ -84,6 +100,11 @@ void parse_metadata(const std::string& text, uint64_t data_bytes, Checkpoint& ck
         const uint64_t ranks = loader.contains("ranks") ? unsigned_at(loader, "ranks") : 1;
         if (ranks < 1 || ranks > (1u << 20)) throw Error("train_loader.ranks " + std::to_string(ranks) + " is out of range");
         ck.data_ranks = int(ranks);
+        if (j.contains("outlier_windows")) {
+            const json& w = j.at("outlier_windows");
+            ck.loss_window = finite_numbers(w, "loss");
+            ck.grad_norm_window = finite_numbers(w, "grad_norm");
+        }
 
         const json& table = j.at("tensors");
         if (!table.is_array()) throw Error("tensor table: \"tensors\" is not an array");
@@ -189,6 +210,7 @@ void write_checkpoint(const Checkpoint& ck, const std::function<void(const void*
                        {"adamw_t", s.t},
                        {"train_loader",
                         {{"epoch", ck.train_loader.epoch}, {"next", ck.train_loader.next}, {"ranks", ck.data_ranks}}},
+                       {"outlier_windows", {{"loss", ck.loss_window}, {"grad_norm", ck.grad_norm_window}}},
                        {"tensors", table}};
     const std::string text = meta.dump();
     if (text.size() > std::numeric_limits<uint32_t>::max()) throw Error("checkpoint metadata is too large");

@@ -11,8 +11,9 @@
 // Metadata: {"format": "codagpt checkpoint", "config": the run's config (every key, as config.json),
 //   "step": optimizer steps completed, "adamw_t": AdamW updates taken (bias correction),
 //   "train_loader": {"epoch", "next", "ranks"} (DataLoader::State of each of `ranks` data-parallel
-//   ranks; files without "ranks" are of one), "tensors": [{"name", "dtype": "f32",
-//   "offset", "size"}, ...]} with offset (from P) and size in bytes. The tensors are param.<name>
+//   ranks; files without "ranks" are of one), "outlier_windows": {"loss": [...], "grad_norm": [...]}
+//   (the outlier guard's last values, oldest first; absent in older files), "tensors": [{"name",
+//   "dtype": "f32", "offset", "size"}, ...]} with offset (from P) and size in bytes. The tensors are param.<name>
 //   (fp32 weights of record), then adam_m.<name>, then adam_v.<name>, each over param_layout(),
 //   contiguous. No random-generator state is needed: initialisation is a function of the seed, the
 //   data order a function of (seed, epoch), and the step itself draws nothing.
@@ -39,6 +40,9 @@ struct Checkpoint {
     DataLoader::State train_loader;  // every rank's (they move in lockstep)
     TrainState state;                // full, whatever the rank count (a ZeRO-1 run gathers it to rank 0)
     int data_ranks = 1;              // the ranks of the run that wrote it
+    // The outlier guard's windows (outlier_window.hpp): the last losses and gradient norms, oldest
+    // first; empty in files written before they were kept.
+    std::vector<double> loss_window, grad_norm_window;
 };
 
 // Writes `ck` to `path` atomically (temporary file, fsync, rename): a crash or an error at any

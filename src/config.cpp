@@ -197,6 +197,14 @@ const std::vector<ConfigKey>& config_schema() {
         key("ckpt_keep", "checkpoints kept in out_dir (the newest)", [](auto& c) { return &c.ckpt_keep; }),
         key("max_bad_steps", "non-finite loss or gradient norm: steps skipped in a row before the run stops with an error",
             [](auto& c) { return &c.max_bad_steps; }),
+        key("skip_loss_z",
+            "skip the update of a step whose loss is this many standard deviations above the mean of the last "
+            "outlier_window steps' (a loss spike); 0 disables",
+            [](auto& c) { return &c.skip_loss_z; }),
+        key("skip_grad_z", "the same for the gradient norm (before clipping); 0 disables",
+            [](auto& c) { return &c.skip_grad_z; }),
+        key("outlier_window", "steps whose losses and gradient norms skip_loss_z and skip_grad_z compare with",
+            [](auto& c) { return &c.outlier_window; }),
         key("sample_every", "steps between text samples printed and logged (also after the last step); 0 disables",
             [](auto& c) { return &c.sample_every; }),
         key("sample_tokens", "tokens per sample (fewer when the context fills)", [](auto& c) { return &c.sample_tokens; }),
@@ -257,6 +265,9 @@ void validate(const TrainConfig& c) {
     require_at_least("ckpt_every", c.ckpt_every, 0);
     require_at_least("ckpt_keep", c.ckpt_keep, 1);
     require_at_least("max_bad_steps", c.max_bad_steps, 1);
+    require_at_least("skip_loss_z", c.skip_loss_z, 0.0);
+    require_at_least("skip_grad_z", c.skip_grad_z, 0.0);
+    require_at_least("outlier_window", c.outlier_window, 2);
     require_at_least("sample_every", c.sample_every, 0);
     require_at_least("sample_tokens", c.sample_tokens, 1);
 }

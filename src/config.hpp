@@ -55,6 +55,14 @@ struct TrainConfig {
     // guards: a step whose loss or gradient norm is not finite is skipped (no update); this many
     // in a row stop the run with an error
     int max_bad_steps = 3;
+    // outliers (as llm.c's -sl and -sg): a step whose loss (gradient norm, before clipping) lies more
+    // than skip_loss_z (skip_grad_z) standard deviations above the mean of the previous
+    // outlier_window steps' is skipped the same way, without counting towards max_bad_steps; 0
+    // disables. The windows fill from the run's first step (checkpoints keep them) and take the
+    // skipped steps' values too, so that a lasting change of level stops counting as an outlier.
+    double skip_loss_z = 0;
+    double skip_grad_z = 0;
+    int outlier_window = 128;
     // samples: every sample_every steps (and after the last; 0 disables) sample_tokens tokens that
     // continue sample_prompt (empty: the first token of the validation data, <|endoftext|> in
     // prepared shards), at temperature 1 over the whole vocabulary with Rng(seed) each time, so that

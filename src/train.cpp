@@ -27,6 +27,7 @@
 #include "interchange.hpp"
 #include "kernel_trace.hpp"
 #include "optim_cpu.hpp"
+#include "outlier_window.hpp"
 #include "rendezvous.hpp"
 #include "results.hpp"
 #include "sample.hpp"
@@ -374,13 +375,21 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         record({{"step", step}, {"sample", sample}, {"sample_tokens", tokens}});
     };
 
+    // The outlier guard's recent losses and gradient norms, as they stood at the checkpoint.
+    OutlierWindow loss_window(cfg.outlier_window), norm_window(cfg.outlier_window);
+    if (resume) {
+        loss_window.restore(resume->loss_window);
+        norm_window.restore(resume->grad_norm_window);
+    }
+
     using clock = std::chrono::steady_clock;
     // Everything the next step depends on: weights, AdamW state, data position. Not timed as training.
     // Every rank takes part (the ZeRO-1 shards are gathered to rank 0), rank 0 writes.
     auto save_checkpoint_at = [&](int steps_done) {
         const auto t0 = clock::now();
         const std::string path = checkpoint_path(cfg.out_dir, steps_done);
-        Checkpoint ck{cfg, steps_done, train_data.state(), model->save_state(), ranks};
+        Checkpoint ck{cfg, steps_done, train_data.state(), model->save_state(), ranks, loss_window.values(),
+                      norm_window.values()};
         if (!lead) return;
         save_checkpoint(path, ck);
         prune_checkpoints(cfg.out_dir, steps_done, cfg.ckpt_keep);
@@ -441,20 +450,44 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         const double lr = lr_at(cfg, step);
         double norm = 0;
         traced_run([&] { norm = model->grad_norm(); });  // synchronizes
-        // Guard: a non-finite loss or norm would poison the weights and AdamW moments for good, so
+        // Guards: a non-finite loss or norm would poison the weights and AdamW moments for good, so
         // the step is skipped (data and schedule move on); a run that keeps producing them stops.
+        // An outlier (skip_loss_z, skip_grad_z: a spike above the recent steps) is skipped too.
         const char* bad = !std::isfinite(loss) ? "non-finite loss" : !std::isfinite(norm) ? "non-finite grad norm" : nullptr;
-        if (bad) {
-            nlohmann::json line = {{"step", step + 1}, {"skipped", bad}};
+        struct Outlier {
+            const char* what;
+            double z, limit;
+        };
+        std::optional<Outlier> outlier;
+        if (!bad) {
+            const double z_loss = loss_window.z(loss), z_norm = norm_window.z(norm);
+            loss_window.push(loss);
+            norm_window.push(norm);
+            if (cfg.skip_loss_z > 0 && z_loss > cfg.skip_loss_z)
+                outlier = Outlier{"loss outlier", z_loss, cfg.skip_loss_z};
+            else if (cfg.skip_grad_z > 0 && z_norm > cfg.skip_grad_z)
+                outlier = Outlier{"grad norm outlier", z_norm, cfg.skip_grad_z};
+        }
+        if (bad || outlier) {
+            nlohmann::json line = {{"step", step + 1}, {"skipped", bad ? bad : outlier->what}};
+            if (outlier) line.update({{"loss", loss}, {"grad_norm", norm}, {"z", outlier->z}});
             add_grad_norms(line);  // before they are zeroed
             model->zero_grad();
             not_a_step();
-            bad_in_a_row++;
             record(line);
             clear_live();
-            if (lead)
-                std::printf("step %5d/%d | skipped: %s (loss %g, norm %g), no update | %d of max_bad_steps %d in a row\n",
-                        step + 1, cfg.steps, bad, loss, norm, bad_in_a_row, cfg.max_bad_steps);
+            if (outlier) {
+                bad_in_a_row = 0;  // a finite step
+                if (lead)
+                    std::printf("step %5d/%d | skipped: %s (loss %.4f, norm %.3f: z %.1f over the last %d steps, above "
+                                "%g), no update\n", step + 1, cfg.steps, outlier->what, loss, norm, outlier->z,
+                                cfg.outlier_window, outlier->limit);
+            } else {
+                bad_in_a_row++;
+                if (lead)
+                    std::printf("step %5d/%d | skipped: %s (loss %g, norm %g), no update | %d of max_bad_steps %d in a "
+                                "row\n", step + 1, cfg.steps, bad, loss, norm, bad_in_a_row, cfg.max_bad_steps);
+            }
             std::fflush(stdout);
             if (bad_in_a_row >= cfg.max_bad_steps)
                 throw Error("stopping at step " + std::to_string(step + 1) + ": " + std::to_string(bad_in_a_row) +

@@ -54,6 +54,7 @@ struct TrainOptions {
 // exit code 0 (a second signal ends it at once; the last checkpoint stays intact).
 // A step whose loss or gradient norm is not finite is skipped (no optimizer update; logged, and
 // recorded as {"step", "skipped"} in metrics.jsonl); cfg.max_bad_steps of them in a row throw Error.
+// So is an outlier where cfg.skip_loss_z or skip_grad_z ask for it (config.hpp), without counting.
 // With opt.resume the run continues from a checkpoint exactly as it would have gone on without the
 // interruption (same losses, same weights), appending to the run's metrics.jsonl.
 // With cfg.sample_every a sample of the model's text is printed and written to metrics.jsonl as

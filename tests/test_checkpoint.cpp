@@ -286,6 +286,30 @@ TEST_F(CheckpointTest, ResumedRunMatchesTheUninterruptedRun) {
     EXPECT_EQ(fa.train_loader.next, fb.train_loader.next);
 }
 
+// The outlier guard's windows travel in the checkpoint. With a threshold that ordinary steps trip
+// (a loss above the mean of the last 4), the run is split just before a skipped step: the resumed
+// run skips it too (fresh windows would not be full yet) and every line equals the straight run's.
+TEST_F(CheckpointTest, ResumedRunKeepsTheOutlierWindows) {
+    cfg.outlier_window = 4;
+    cfg.skip_loss_z = 1e-9;
+    cfg.ckpt_every = 40;
+    ASSERT_EQ(run("straight"), 0);
+    const auto a = deterministic(metrics("straight"));
+    int skipped = 0;
+    for (const json& j : a)
+        if (j.contains("skipped") && j["step"].get<int>() > cfg.outlier_window + 1) {
+            skipped = j["step"].get<int>();
+            break;
+        }
+    ASSERT_GT(skipped, 0) << "no step tripped the guard";
+    ASSERT_EQ(run("split", "", /*stop_after=*/skipped - 1), 0);
+    const Checkpoint mid = load_checkpoint(checkpoint_path(cfg.out_dir, skipped - 1));
+    EXPECT_EQ(mid.loss_window.size(), 4u);
+    EXPECT_EQ(mid.grad_norm_window.size(), 4u);
+    ASSERT_EQ(run("split", "latest"), 0);
+    EXPECT_EQ(a, deterministic(metrics("split")));
+}
+
 TEST_F(CheckpointTest, SigintFinishesTheStepSavesAndResumesExactly) {
     cfg.steps = 100000;  // far more than the signal lets run
     cfg.eval_every = 0;
@@ -403,6 +427,15 @@ TEST_F(CheckpointTest, CorruptFilesAreRefusedWithOneLineNamingTheProblem) {
     p = parts;
     p.meta.erase("step");
     expect_refused(join(p), "step", "no step");
+    p = parts;
+    p.meta["outlier_windows"]["loss"] = json::array({1.5, "x"});
+    expect_refused(join(p), "outlier_windows.loss holds a string, not a finite number", "a word in a window");
+    p = parts;
+    p.meta["outlier_windows"]["grad_norm"] = 3;
+    expect_refused(join(p), "outlier_windows.grad_norm is not an array", "a window not an array");
+    p = parts;
+    p.meta.erase("outlier_windows");  // files from before the outlier guard
+    EXPECT_EQ(refusal(join(p)), "(no error)");
     EXPECT_EQ(refusal(join(parts)), "(no error)");  // the rebuilding itself is faithful
 }
 

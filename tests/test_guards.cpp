@@ -15,6 +15,7 @@
 #include "sample.hpp"
 #include "config.hpp"
 #include "data.hpp"
+#include "outlier_window.hpp"
 #include "rng.hpp"
 #include "test_util.hpp"
 #include "train.hpp"
@@ -27,10 +28,11 @@ using codagpt::test::SyntheticRun;
 namespace {
 
 // Passes everything through to the real backend, except that the steps (1-based) in nan_loss
-// return a NaN loss and those in nan_norm a NaN gradient norm. Counts optimizer updates.
+// return a NaN loss and those in nan_norm a NaN gradient norm, and those in spike_loss (spike_norm)
+// a loss (gradient norm) 100 times the real one. Counts optimizer updates.
 struct FaultyBackend final : TrainBackend {
     std::unique_ptr<TrainBackend> inner;
-    std::set<int> nan_loss, nan_norm;
+    std::set<int> nan_loss, nan_norm, spike_loss, spike_norm;
     int* updates;
     int step = 0;  // of the current step, 1-based (zero_grad starts a step)
     bool in_step = false;
@@ -47,12 +49,13 @@ struct FaultyBackend final : TrainBackend {
     double forward_backward(const int* in, const int* tgt, float scale) override {
         in_step = false;
         const double loss = inner->forward_backward(in, tgt, scale);
-        return nan_loss.count(step) ? std::numeric_limits<double>::quiet_NaN() : loss;
+        if (nan_loss.count(step)) return std::numeric_limits<double>::quiet_NaN();
+        return spike_loss.count(step) ? 100 * loss : loss;
     }
     double evaluate(const int* in, const int* tgt) override { return inner->evaluate(in, tgt); }
     double grad_norm() override {
         const double n = inner->grad_norm();
-        return nan_norm.count(step) ? std::numeric_limits<double>::infinity() : n;
+        return nan_norm.count(step) ? std::numeric_limits<double>::infinity() : spike_norm.count(step) ? 100 * n : n;
     }
     std::vector<float> gradients() const override { return inner->gradients(); }
     void apply_update(double lr, double norm, const TrainConfig& c) override {
@@ -78,12 +81,16 @@ struct Guards : ::testing::Test {
         cfg.max_bad_steps = 3;
     }
 
-    TrainOptions options(std::set<int> nan_loss, std::set<int> nan_norm) {
+    TrainOptions options(std::set<int> nan_loss, std::set<int> nan_norm, std::set<int> spike_loss = {},
+                         std::set<int> spike_norm = {}) {
         TrainOptions opt;
         opt.device = "cpu";
         opt.quiet = true;
         opt.wrap_backend = [=](std::unique_ptr<TrainBackend> b) -> std::unique_ptr<TrainBackend> {
-            return std::make_unique<FaultyBackend>(std::move(b), nan_loss, nan_norm, &updates);
+            auto faulty = std::make_unique<FaultyBackend>(std::move(b), nan_loss, nan_norm, &updates);
+            faulty->spike_loss = spike_loss;
+            faulty->spike_norm = spike_norm;
+            return faulty;
         };
         return opt;
     }
@@ -162,6 +169,50 @@ TEST_F(Guards, MaxBadStepsIsAValidatedConfigKey) {
     cfg.max_bad_steps = 0;
     EXPECT_TRUE(test::mentions(test::error_of([&] { validate(cfg); }), "max_bad_steps: must be >= 1"));
     EXPECT_EQ(TrainConfig{}.max_bad_steps, 3);
+}
+
+TEST(OutlierWindow, ZAgainstAFullWindowOfThePreviousValues) {
+    OutlierWindow w(4);
+    for (double v : {1.0, 2.0, 3.0}) w.push(v);
+    EXPECT_TRUE(std::isnan(w.z(10)));  // not full yet
+    w.push(4);
+    const double mean = 2.5, sd = std::sqrt((1.5 * 1.5 + 0.5 * 0.5) * 2 / 4);
+    EXPECT_DOUBLE_EQ(w.z(10), (10 - mean) / sd);
+    EXPECT_DOUBLE_EQ(w.z(2), (2 - mean) / sd);  // below the mean: negative
+    w.push(5);
+    EXPECT_EQ(w.values(), (std::vector<double>{2, 3, 4, 5}));
+    w.restore({1, 2, 3, 4, 5, 6});  // a larger window's checkpoint: the newest four
+    EXPECT_EQ(w.values(), (std::vector<double>{3, 4, 5, 6}));
+    w.restore({7, 7, 7, 7});
+    EXPECT_TRUE(std::isnan(w.z(8)));  // no spread: no outlier
+}
+
+// A loss spike and a gradient-norm spike (100x) are skipped, with their values and z in the log, only
+// where skip_loss_z / skip_grad_z ask for it; they do not count towards max_bad_steps, and the
+// windows take them, so the steps after a spike are not outliers.
+TEST_F(Guards, OutliersAreSkippedOnlyWhenAsked) {
+    cfg.steps = 24;
+    cfg.outlier_window = 8;
+    cfg.max_bad_steps = 1;
+    const std::set<int> loss_spike{12}, norm_spike{22};
+    ASSERT_EQ(run_train(cfg, options({}, {}, loss_spike, norm_spike)), 0);  // off by default
+    EXPECT_EQ(updates, 24);
+
+    updates = 0;
+    cfg.skip_loss_z = 10;
+    cfg.skip_grad_z = 10;
+    ASSERT_EQ(run_train(cfg, options({}, {}, loss_spike, norm_spike)), 0);
+    EXPECT_EQ(updates, 22);
+    std::map<int, nlohmann::json> skipped;
+    for (const auto& j : metrics())
+        if (j.contains("skipped")) skipped[j["step"].get<int>()] = j;
+    ASSERT_EQ(skipped.size(), 2u);
+    EXPECT_EQ(skipped[12]["skipped"], "loss outlier");
+    EXPECT_EQ(skipped[22]["skipped"], "grad norm outlier");
+    for (int step : {12, 22}) {
+        EXPECT_GT(skipped[step]["z"].get<double>(), 10);
+        EXPECT_TRUE(skipped[step].contains("loss") && skipped[step].contains("grad_norm"));
+    }
 }
 
 // Not a guard, but the same small run: the output modes of the step loop.
