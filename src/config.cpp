@@ -180,9 +180,15 @@ const std::vector<ConfigKey>& config_schema() {
         key("grad_accum", "micro-batches accumulated per optimizer step", [](auto& c) { return &c.grad_accum; }),
         key("steps", "optimizer steps", [](auto& c) { return &c.steps; }),
         key("lr", "peak learning rate (AdamW)", [](auto& c) { return &c.lr; }),
-        key("min_lr_frac", "final learning rate of the cosine decay, as a fraction of lr",
+        key("min_lr_frac", "learning rate at the last step, as a fraction of lr (not for the constant schedule)",
             [](auto& c) { return &c.min_lr_frac; }),
         key("warmup_steps", "steps of linear learning-rate warmup", [](auto& c) { return &c.warmup_steps; }),
+        key("lr_schedule",
+            "after the warmup: cosine, linear (both to lr * min_lr_frac at the last step), constant, or wsd (lr, then "
+            "linear to lr * min_lr_frac over the last cooldown_frac of the steps)",
+            [](auto& c) { return &c.lr_schedule; }),
+        key("cooldown_frac", "wsd: the share of the steps over which the learning rate decays at the end",
+            [](auto& c) { return &c.cooldown_frac; }),
         key("weight_decay", "AdamW decoupled weight decay", [](auto& c) { return &c.weight_decay; }),
         key("beta1", "AdamW first-moment decay", [](auto& c) { return &c.beta1; }),
         key("beta2", "AdamW second-moment decay", [](auto& c) { return &c.beta2; }),
@@ -254,6 +260,10 @@ void validate(const TrainConfig& c) {
     require(c.lr > 0, "lr", "must be > 0, got " + str(c.lr));
     require(c.min_lr_frac >= 0 && c.min_lr_frac <= 1, "min_lr_frac", "must be in [0, 1], got " + str(c.min_lr_frac));
     require_at_least("warmup_steps", c.warmup_steps, 0);
+    require(c.lr_schedule == "cosine" || c.lr_schedule == "linear" || c.lr_schedule == "constant" ||
+                c.lr_schedule == "wsd",
+            "lr_schedule", "must be cosine, linear, constant or wsd, got '" + one_line(c.lr_schedule) + "'");
+    require(c.cooldown_frac > 0 && c.cooldown_frac <= 1, "cooldown_frac", "must be in (0, 1], got " + str(c.cooldown_frac));
     require_at_least("weight_decay", c.weight_decay, 0.0);
     require(c.beta1 >= 0 && c.beta1 < 1, "beta1", "must be in [0, 1), got " + str(c.beta1));
     require(c.beta2 >= 0 && c.beta2 < 1, "beta2", "must be in [0, 1), got " + str(c.beta2));

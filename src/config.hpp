@@ -34,11 +34,15 @@ struct TrainConfig {
     int batch_size = 8;
     int seq_len = 64;
     int grad_accum = 1;
-    // optimizer: AdamW, cosine schedule with linear warmup down to lr * min_lr_frac
+    // optimizer: AdamW; linear warmup to lr, then the lr_schedule down to lr * min_lr_frac at the
+    // last step: cosine; linear; constant (lr throughout); wsd (warmup-stable-decay: lr until the
+    // last cooldown_frac of the steps, then linear)
     int steps = 200;
     double lr = 1e-3;
     double min_lr_frac = 0.1;
     int warmup_steps = 10;
+    std::string lr_schedule = "cosine";
+    double cooldown_frac = 0.2;  // wsd only
     double weight_decay = 0.1;
     double beta1 = 0.9;
     double beta2 = 0.95;

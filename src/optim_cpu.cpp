@@ -11,10 +11,16 @@ constexpr double kPi = 3.14159265358979323846;
 // The cosine then runs from lr at step warmup_steps to lr * min_lr_frac at step steps-1.
 double lr_at(const TrainConfig& c, int step) {
     if (step < c.warmup_steps) return c.lr * (step + 1) / c.warmup_steps;
+    if (c.lr_schedule == "constant") return c.lr;
+    // The decay runs over steps [first, last]: from lr at `first` to the minimum at the last step.
+    const int last = c.steps - 1;
+    const int first = c.lr_schedule == "wsd"
+                          ? std::max(c.warmup_steps, last - (int)std::lround(c.cooldown_frac * c.steps))
+                          : c.warmup_steps;
     const double min_lr = c.lr * c.min_lr_frac;
-    const int decay_steps = c.steps - 1 - c.warmup_steps;
-    const double progress = decay_steps > 0 ? std::min(1.0, double(step - c.warmup_steps) / decay_steps) : 1.0;
-    return min_lr + 0.5 * (1.0 + std::cos(kPi * progress)) * (c.lr - min_lr);
+    const double progress = last > first ? std::clamp(double(step - first) / (last - first), 0.0, 1.0) : 1.0;
+    const double weight = c.lr_schedule == "cosine" ? 0.5 * (1.0 + std::cos(kPi * progress)) : 1.0 - progress;
+    return min_lr + weight * (c.lr - min_lr);
 }
 
 // Fixed chunks, their partial sums added in chunk order: the same bits for any thread count.

@@ -101,6 +101,38 @@ TEST(Schedule, WarmupThenCosineToMinimum) {
     EXPECT_NEAR(lr_at(c, 110), 1e-4, 1e-15);
 }
 
+TEST(Schedule, LinearConstantAndWarmupStableDecay) {
+    TrainConfig c;
+    c.lr = 1e-3;
+    c.min_lr_frac = 0.1;
+    c.warmup_steps = 10;
+    c.steps = 111;  // the decays run over steps 10..110
+    c.lr_schedule = "linear";
+    EXPECT_DOUBLE_EQ(lr_at(c, 4), 5e-4);  // the same warmup
+    EXPECT_DOUBLE_EQ(lr_at(c, 10), 1e-3);
+    EXPECT_NEAR(lr_at(c, 35), 1e-3 - 0.25 * 0.9e-3, 1e-15);  // a quarter of the way down
+    EXPECT_NEAR(lr_at(c, 110), 1e-4, 1e-15);
+    for (int s = 11; s < 111; s++) EXPECT_NEAR(lr_at(c, s - 1) - lr_at(c, s), 0.9e-3 / 100, 1e-15) << s;
+
+    c.lr_schedule = "constant";
+    EXPECT_DOUBLE_EQ(lr_at(c, 4), 5e-4);
+    for (int s : {10, 50, 110}) EXPECT_DOUBLE_EQ(lr_at(c, s), 1e-3);
+
+    c.lr_schedule = "wsd";
+    c.cooldown_frac = 0.2;  // round(0.2 x 111) = 22 steps of decay: 88..110
+    EXPECT_DOUBLE_EQ(lr_at(c, 4), 5e-4);
+    for (int s = 10; s <= 88; s++) EXPECT_DOUBLE_EQ(lr_at(c, s), 1e-3) << s;
+    for (int s = 89; s < 111; s++) EXPECT_LT(lr_at(c, s), lr_at(c, s - 1)) << s;
+    EXPECT_NEAR(lr_at(c, 99), 0.5 * (1e-3 + 1e-4), 1e-15);
+    EXPECT_NEAR(lr_at(c, 110), 1e-4, 1e-15);
+
+    // A cooldown over every step after the warmup is the linear schedule.
+    c.cooldown_frac = 1;
+    TrainConfig linear = c;
+    linear.lr_schedule = "linear";
+    for (int s = 0; s < 111; s++) EXPECT_EQ(lr_at(c, s), lr_at(linear, s)) << s;
+}
+
 TEST(GradNorm, MatchesDirectSum) {
     const std::vector<float> g = random_vector(300001, 0.01, 7);  // several chunks plus a tail
     double sum = 0;
