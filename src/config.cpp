@@ -263,7 +263,8 @@ void validate(const TrainConfig& c) {
     require(c.lr_schedule == "cosine" || c.lr_schedule == "linear" || c.lr_schedule == "constant" ||
                 c.lr_schedule == "wsd",
             "lr_schedule", "must be cosine, linear, constant or wsd, got '" + one_line(c.lr_schedule) + "'");
-    require(c.cooldown_frac > 0 && c.cooldown_frac <= 1, "cooldown_frac", "must be in (0, 1], got " + str(c.cooldown_frac));
+    require(c.cooldown_frac > 0 && c.cooldown_frac <= 1, "cooldown_frac",
+            "must be in (0, 1], got " + str(c.cooldown_frac));
     require_at_least("weight_decay", c.weight_decay, 0.0);
     require(c.beta1 >= 0 && c.beta1 < 1, "beta1", "must be in [0, 1), got " + str(c.beta1));
     require(c.beta2 >= 0 && c.beta2 < 1, "beta2", "must be in [0, 1), got " + str(c.beta2));

@@ -81,12 +81,19 @@ TEST(AdamW, ClipsByGlobalNorm) {
     }
 }
 
-TEST(Schedule, WarmupThenCosineToMinimum) {
+// lr 1e-3 down to 1e-4, 10 steps of warmup, 111 steps: the decays run over steps 10..110.
+static TrainConfig schedule_config(const std::string& schedule) {
     TrainConfig c;
     c.lr = 1e-3;
     c.min_lr_frac = 0.1;
     c.warmup_steps = 10;
-    c.steps = 111;  // the cosine runs over steps 10..110
+    c.steps = 111;
+    c.lr_schedule = schedule;
+    return c;
+}
+
+TEST(Schedule, WarmupThenCosineToMinimum) {
+    TrainConfig c = schedule_config("cosine");
     EXPECT_DOUBLE_EQ(lr_at(c, 0), 1e-4);
     EXPECT_DOUBLE_EQ(lr_at(c, 4), 5e-4);
     EXPECT_DOUBLE_EQ(lr_at(c, 9), 1e-3);
@@ -102,12 +109,7 @@ TEST(Schedule, WarmupThenCosineToMinimum) {
 }
 
 TEST(Schedule, LinearConstantAndWarmupStableDecay) {
-    TrainConfig c;
-    c.lr = 1e-3;
-    c.min_lr_frac = 0.1;
-    c.warmup_steps = 10;
-    c.steps = 111;  // the decays run over steps 10..110
-    c.lr_schedule = "linear";
+    TrainConfig c = schedule_config("linear");
     EXPECT_DOUBLE_EQ(lr_at(c, 4), 5e-4);  // the same warmup
     EXPECT_DOUBLE_EQ(lr_at(c, 10), 1e-3);
     EXPECT_NEAR(lr_at(c, 35), 1e-3 - 0.25 * 0.9e-3, 1e-15);  // a quarter of the way down
@@ -128,8 +130,7 @@ TEST(Schedule, LinearConstantAndWarmupStableDecay) {
 
     // A cooldown over every step after the warmup is the linear schedule.
     c.cooldown_frac = 1;
-    TrainConfig linear = c;
-    linear.lr_schedule = "linear";
+    const TrainConfig linear = schedule_config("linear");
     for (int s = 0; s < 111; s++) EXPECT_EQ(lr_at(c, s), lr_at(linear, s)) << s;
 }
 
