@@ -49,6 +49,10 @@ public:
         return loss;
     }
     double evaluate(const int* inputs, const int* targets) override { return model_.forward(inputs, targets, B_, T_); }
+    std::vector<float> evaluate_tokens(const int* inputs, const int* targets) override {
+        model_.forward(inputs, targets, B_, T_);
+        return model_.token_losses();
+    }
     double grad_norm() override { return global_grad_norm(model_.grads.data(), model_.grads.size()); }
     std::vector<float> gradients() const override { return model_.grads; }
     void apply_update(double lr, double norm, const TrainConfig& c) override {
@@ -125,6 +129,10 @@ public:
         return loss;
     }
     double evaluate(const int* inputs, const int* targets) override { return model_.forward(inputs, targets, false); }
+    std::vector<float> evaluate_tokens(const int* inputs, const int* targets) override {
+        model_.forward(inputs, targets, false);
+        return model_.token_losses();
+    }
     double grad_norm() override { return model_.grad_norm(); }
     std::vector<float> gradients() const override { return model_.grads(); }
     void apply_update(double lr, double, const TrainConfig& c) override { model_.apply_update(lr, c); }

@@ -29,6 +29,8 @@ public:
     // scaled by grad_scale. Returns the mean loss of the micro-batch.
     virtual double forward_backward(const int* inputs, const int* targets, float grad_scale) = 0;
     virtual double evaluate(const int* inputs, const int* targets) = 0;  // mean loss, no gradients
+    // The loss of every position (B*T, row-major), no gradients: for scoring multiple choices.
+    virtual std::vector<float> evaluate_tokens(const int* inputs, const int* targets) = 0;
     // The global L2 norm of the accumulated gradients (before clipping). Synchronizes with the
     // device, so the training loop can skip the step when it is not finite.
     virtual double grad_norm() = 0;

@@ -7,8 +7,8 @@
 
 namespace codagpt {
 
-double mean_device_loss(const float* losses, int n, cudaStream_t stream) {
-    std::vector<float> host(n);
+double mean_device_loss(const float* losses, int n, cudaStream_t stream, std::vector<float>& host) {
+    host.resize(n);
     CUDA_CHECK(cudaMemcpyAsync(host.data(), losses, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     double sum = 0;

@@ -35,9 +35,9 @@ struct DeviceBuffers {
     }
 };
 
-// The mean of n per-token losses on the device (one host copy, summed in token order on the host:
-// the same bits run to run); synchronizes the stream.
-double mean_device_loss(const float* losses, int n, cudaStream_t stream);
+// The mean of n per-token losses on the device (one host copy into `host`, kept for the caller,
+// summed in token order on the host: the same bits run to run); synchronizes the stream.
+double mean_device_loss(const float* losses, int n, cudaStream_t stream, std::vector<float>& host);
 
 // Weights rounded to bf16 (nearest even) on the host, then copied to dst (n = params.size()).
 void upload_bf16(bf16* dst, const std::vector<float>& params);

@@ -112,7 +112,13 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"auto", "coda", "unfused"}))
         ->capture_default_str();
     eval_cmd->add_flag("--all", eval_opt.all, "Every window of the validation data, not the first eval_batches");
-    eval_cmd->add_flag("--json", eval_json, "Print one JSON object instead of the text line");
+    eval_cmd->add_option("--hellaswag", eval_opt.hellaswag,
+                         "Also score HellaSwag from this jsonl (scripts/get_hellaswag.sh): accuracy by the endings' "
+                         "mean (acc_norm) and summed (acc) token loss");
+    eval_cmd->add_option("--hellaswag-limit", eval_opt.hellaswag_limit,
+                         "Score the first N HellaSwag items only (0: all)")
+        ->check(kNonNegative);
+    eval_cmd->add_flag("--json", eval_json, "Print one JSON object instead of the text lines");
     add_config_options(*eval_cmd, eval_opt.overrides);
 
     // ---- prepare
@@ -207,20 +213,36 @@ int main(int argc, char** argv) {
             return run_train(cfg, train_opt);
         }
         if (eval_cmd->parsed()) {
+#ifdef CODAGPT_HAVE_TOKENIZER
+            if (!eval_opt.hellaswag.empty()) {
+                const auto tok = std::make_shared<const Tokenizer>(Tokenizer::load(find_tokenizer_dir()));
+                eval_opt.encode = [tok](const std::string& text) { return tok->encode(text); };
+            }
+#endif
             const EvalResult r = run_eval(eval_opt);
             const TrainConfig& c = r.config;
             const long tokens = (long)r.batches * c.batch_size * c.seq_len;
+            const std::optional<ChoiceScore>& h = r.hellaswag;
             if (eval_json) {
-                const nlohmann::json j = {{"weights", eval_opt.weights}, {"val_loss", r.val_loss},
-                                          {"perplexity", std::exp(r.val_loss)}, {"batches", r.batches},
-                                          {"batch_size", c.batch_size}, {"seq_len", c.seq_len}, {"tokens", tokens},
-                                          {"val_data", c.val_data}, {"backend", r.backend}, {"seconds", r.seconds}};
+                nlohmann::json j = {{"weights", eval_opt.weights}, {"val_loss", r.val_loss},
+                                    {"perplexity", std::exp(r.val_loss)}, {"batches", r.batches},
+                                    {"batch_size", c.batch_size}, {"seq_len", c.seq_len}, {"tokens", tokens},
+                                    {"val_data", c.val_data}, {"backend", r.backend}, {"seconds", r.seconds}};
+                if (h)
+                    j["hellaswag"] = {{"items", h->items}, {"acc_norm", double(h->correct_mean) / h->items},
+                                      {"acc", double(h->correct_sum) / h->items}, {"contexts_cut", h->cut},
+                                      {"seconds", r.hellaswag_seconds}};
                 std::printf("%s\n", j.dump().c_str());
             } else {
                 std::printf("val loss %.4f | perplexity %.2f | %d batches of %d x %d = %ld tokens of %s | %s | "
                             "%.1f s\n",
                             r.val_loss, std::exp(r.val_loss), r.batches, c.batch_size, c.seq_len, tokens,
                             c.val_data.c_str(), r.backend.c_str(), r.seconds);
+                if (h)
+                    std::printf("hellaswag acc_norm %.4f | acc %.4f | %zu items, %zu contexts cut to seq_len %d | "
+                                "%.1f s\n",
+                                double(h->correct_mean) / h->items, double(h->correct_sum) / h->items, h->items, h->cut,
+                                c.seq_len, r.hellaswag_seconds);
             }
             return 0;
         }

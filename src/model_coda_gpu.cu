@@ -91,6 +91,7 @@ struct GPT2CodaGPU::Impl {
     // none of the three is in use (450 MiB less on 1.5B).
     bf16 *g_buf, *df, *logits, *dres, *dy;
     float *lse, *losses, *target_logit;
+    std::vector<float> host_losses;  // of the last forward
     // epilogue partials and their finalized values
     float *stats_partials, *lse_partials;           // Welford [M, tiles(C), 3]; (max, sum-exp) [M, tiles(Vp), 2]
     float *m1_partials, *m2_partials, *db_partials;  // [M, tiles(Vp)]; [tiles(M), 4C] (the LM head has no bias)
@@ -333,7 +334,7 @@ struct GPT2CodaGPU::Impl {
         // The embedding backward's token buckets are sorted on the host while the GPU runs the
         // forward queued above, instead of idling it at the start of the step (~1.3 ms on 16K tokens).
         if (backward_next) encoder_buckets_build(buckets, in_host, B, T, stream);
-        return mean_device_loss(losses, M, stream);
+        return mean_device_loss(losses, M, stream, host_losses);
     }
 
     void backward() {
@@ -465,6 +466,8 @@ void GPT2CodaGPU::apply_update(double lr, const TrainConfig& c) {
 }
 void GPT2CodaGPU::time_phases() { impl_->state->time_phases(); }
 StepPhases GPT2CodaGPU::phases() const { return impl_->state->phases(); }
+
+const std::vector<float>& GPT2CodaGPU::token_losses() const { return impl_->host_losses; }
 
 std::vector<float> GPT2CodaGPU::logits() const {
     return download_bf16(impl_->logits, (size_t)impl_->M * impl_->cfg.padded_vocab(), impl_->stream);

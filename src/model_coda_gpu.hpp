@@ -52,6 +52,7 @@ public:
     StepPhases phases() const;
 
     std::vector<float> logits() const;  // [B*T, Vp] of the last forward, until backward() replaces them
+    const std::vector<float>& token_losses() const;  // [B*T] of the last forward
     const char* attention_backend() const;
     size_t num_params() const { return num_params_; }
     // A decoder over the bf16 weights in place (sampling during training); must not outlive the model.

@@ -235,13 +235,20 @@ F GPT2CPU<F>::forward(const int* inputs, const int* targets, int B, int T) {
     cpu::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, pv.lnf_w, pv.lnf_b, BT, C);
     cpu::lm_head_forward(logits_.data(), wte_t_.data(), a.lnf, pv.wte, BT, C, Vp);
 
-    backward_ready_ = targets != nullptr;
+    backward_ready_ = has_losses_ = targets != nullptr;
     if (!targets) return F(0);
     std::copy(targets, targets + BT, targets_.begin());
     cpu::softmax_crossentropy_forward(dlogits_.data(), a.inv_sum, a.losses, logits_.data(), targets, BT, V, Vp);
     double sum = 0;
     for (long i = 0; i < BT; i++) sum += a.losses[i];
     return F(sum / BT);
+}
+
+template <typename F>
+std::vector<F> GPT2CPU<F>::token_losses() const {
+    if (!has_losses_) throw std::logic_error("GPT2CPU::token_losses needs a forward() with targets first");
+    const F* losses = acts_view(const_cast<F*>(acts_.data()), cfg_, B_, T_).losses;
+    return {losses, losses + (size_t)B_ * T_};
 }
 
 template <typename F>

@@ -33,6 +33,7 @@ public:
     void zero_grad();
 
     const F* logits() const { return logits_.data(); }  // [B, T, Vp] of the last forward
+    std::vector<F> token_losses() const;                // [B*T] of the last forward with targets
     const ModelConfig& config() const { return cfg_; }
 
     std::vector<F> params;  // flat, in param_layout order
@@ -49,6 +50,7 @@ private:
     std::vector<ParamInfo> layout_;
     int B_ = 0, T_ = 0;
     bool backward_ready_ = false;  // a forward with targets ran since the last backward
+    bool has_losses_ = false;      // the last forward had targets
     std::vector<int> inputs_, targets_;
     std::vector<F> acts_, dacts_;  // activations of the last forward and their gradients (Acts layout)
     std::vector<F> logits_;        // [B, T, Vp]

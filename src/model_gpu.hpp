@@ -77,6 +77,7 @@ public:
     StepPhases phases() const;
 
     std::vector<float> logits() const;  // [B*T, Vp] of the last forward, as floats (before dlogits)
+    const std::vector<float>& token_losses() const;  // [B*T] of the last forward
     const char* attention_backend() const;
     size_t num_params() const { return num_params_; }
 

@@ -651,6 +651,11 @@ EvalResult run_eval(const EvalOptions& opt) {
         throw Error("eval: the options contradict the model of " + opt.weights + ": " + diff +
                     " (its shape comes from the weights: leave those keys out)");
     validate(cfg);
+    std::vector<ChoiceItem> hellaswag;
+    if (!opt.hellaswag.empty()) {
+        if (!opt.encode) throw Error("--hellaswag needs the GPT-2 tokenizer, which this build lacks");
+        hellaswag = read_hellaswag(opt.hellaswag, opt.encode, opt.hellaswag_limit);
+    }
 
     DataLoader val(cfg.val_data, cfg.batch_size, cfg.seq_len, 0, 1, /*shuffle=*/false, cfg.seed, cfg.model.vocab_size);
     r.batches = opt.all ? (int)val.windows_per_rank() : (int)std::min<size_t>(cfg.eval_batches, val.windows_per_rank());
@@ -661,6 +666,11 @@ EvalResult run_eval(const EvalOptions& opt) {
     const auto t0 = std::chrono::steady_clock::now();
     r.val_loss = evaluate(*model, val, r.batches, inputs, targets, nullptr);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!hellaswag.empty()) {
+        const auto t1 = std::chrono::steady_clock::now();
+        r.hellaswag = score_choices(*model, cfg.batch_size, cfg.seq_len, cfg.model.vocab_size, hellaswag);
+        r.hellaswag_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    }
     return r;
 }
 

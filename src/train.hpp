@@ -2,8 +2,10 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+#include "choice_eval.hpp"
 #include "config.hpp"
 
 namespace codagpt {
@@ -74,6 +76,10 @@ struct EvalOptions {
     std::string device = "auto";         // auto | cpu | cuda
     std::string fusion = "auto";         // GPU path: coda, unfused, or auto
     bool all = false;                    // every window of the validation data instead of eval_batches
+    // HellaSwag (choice_eval.hpp): its jsonl file, scored too where set; at most this many items (0: all)
+    std::string hellaswag;
+    size_t hellaswag_limit = 0;
+    std::function<std::vector<int>(const std::string&)> encode;  // the GPT-2 tokenizer; needed for hellaswag
 };
 struct EvalResult {
     double val_loss = 0;  // mean over the batches of each batch's mean token loss
@@ -81,6 +87,8 @@ struct EvalResult {
     TrainConfig config;   // as used: the weights' model, the data, B and T
     std::string backend;  // TrainBackend::describe()
     double seconds = 0;   // of the evaluation itself (not loading)
+    std::optional<ChoiceScore> hellaswag;
+    double hellaswag_seconds = 0;
 };
 // Bad input (weights, config, data, a model key that contradicts the weights) throws codagpt::Error.
 EvalResult run_eval(const EvalOptions& opt);

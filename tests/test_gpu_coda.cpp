@@ -44,11 +44,11 @@ struct Case {
     int B, T;
 };
 
-// What a path computes on the case: the loss and logits (real vocabulary) of an evaluation of
-// micro-batch 0, the training losses and the accumulated gradients.
+// What a path computes on the case: the loss, per-position losses and logits (real vocabulary) of
+// an evaluation of micro-batch 0, the training losses and the accumulated gradients.
 struct StepResult {
     double eval_loss = 0;
-    std::vector<float> logits;
+    std::vector<float> token_losses, logits;
     std::vector<double> losses;
     std::vector<float> grads;
 };
@@ -68,6 +68,7 @@ StepResult gpu_step(Model& model, const Case& c) {
     StepResult r;
     const auto in0 = batch_inputs(c, 0), tg0 = batch_targets(c, 0);
     r.eval_loss = model.forward(in0.data(), tg0.data(), /*backward_next=*/false);
+    r.token_losses = model.token_losses();
     r.logits = real_vocab(model.logits(), c.cfg, c.B * c.T);
     model.zero_grad();
     for (int s = 0; s < kMicroBatches; s++) {
@@ -87,6 +88,7 @@ StepResult cpu_step(GPT2CPU<float>& model, const Case& c) {
         r.losses.push_back(model.forward(in.data(), tg.data(), c.B, c.T));
         if (s == 0) {
             r.eval_loss = r.losses[0];
+            r.token_losses = model.token_losses();
             r.logits = real_vocab(std::vector<float>(model.logits(), model.logits() + (size_t)c.B * c.T * c.cfg.padded_vocab()),
                                   c.cfg, c.B * c.T);
         }
@@ -123,6 +125,17 @@ void check_against_cpu_and_unfused(const Case& c) {
         EXPECT_LE(loss_err(fused, s), kFactor * loss_err(unfused, s) + kLossFloor) << "loss of micro-batch " << s;
     }
     EXPECT_EQ(fused.eval_loss, fused.losses[0]);  // evaluation and training forward are the same computation
+    // The per-position losses (multiple-choice scoring): the evaluation's mean is theirs, in order.
+    for (const StepResult* r : {&fused, &unfused}) {
+        ASSERT_EQ(r->token_losses.size(), (size_t)c.B * c.T);
+        double sum = 0;
+        for (float x : r->token_losses) sum += x;
+        EXPECT_EQ(sum / r->token_losses.size(), r->eval_loss);
+    }
+    const double tokens_fused = rel_error(fused.token_losses, ref.token_losses),
+                 tokens_unfused = rel_error(unfused.token_losses, ref.token_losses);
+    std::printf("  per-position losses rel err: fused %.2e unfused %.2e\n", tokens_fused, tokens_unfused);
+    EXPECT_LE(tokens_fused, kFactor * tokens_unfused + kFloor);
 
     const double logits_fused = rel_error(fused.logits, ref.logits), logits_unfused = rel_error(unfused.logits, ref.logits);
     std::printf("  logits rel err: fused %.2e unfused %.2e (fused vs unfused %.2e)\n", logits_fused, logits_unfused,

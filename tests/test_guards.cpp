@@ -53,6 +53,9 @@ struct FaultyBackend final : TrainBackend {
         return spike_loss.count(step) ? 100 * loss : loss;
     }
     double evaluate(const int* in, const int* tgt) override { return inner->evaluate(in, tgt); }
+    std::vector<float> evaluate_tokens(const int* in, const int* tgt) override {
+        return inner->evaluate_tokens(in, tgt);
+    }
     double grad_norm() override {
         const double n = inner->grad_norm();
         return nan_norm.count(step) ? std::numeric_limits<double>::infinity() : spike_norm.count(step) ? 100 * n : n;

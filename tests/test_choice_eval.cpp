@@ -1,0 +1,169 @@
+// Multiple-choice scoring (HellaSwag, choice_eval.hpp): the rows it builds and the losses it adds up,
+// through a backend whose per-position loss is known; the HellaSwag reader; and a trained model
+// that picks the continuation it learned.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "backend.hpp"
+#include "checkpoint.hpp"
+#include "choice_eval.hpp"
+#include "interchange.hpp"
+#include "rng.hpp"
+#include "sample.hpp"
+#include "test_util.hpp"
+#include "train.hpp"
+#include "train_fixture.hpp"
+
+namespace fs = std::filesystem;
+using namespace codagpt;
+using codagpt::test::error_of;
+using codagpt::test::mentions;
+
+namespace {
+
+// The loss at each position is its target token id, and each row's inputs are checked to be its
+// targets one position earlier up to its padding (a row is one sequence): so a score is the sum of
+// the ids it counts.
+struct TargetIdLosses final : TrainBackend {
+    int B, T, calls = 0;
+    TargetIdLosses(int b, int t) : B(b), T(t) {}
+    std::vector<float> evaluate_tokens(const int* in, const int* tgt) override {
+        calls++;
+        std::vector<float> out((size_t)B * T);
+        for (int r = 0; r < B; r++)
+            for (int t = 0; t < T; t++) {
+                const bool padding = in[r * T + t] == 0 && tgt[r * T + t] == 0;  // the items' ids are >= 1
+                if (t > 0 && !padding) EXPECT_EQ(in[r * T + t], tgt[r * T + t - 1]) << "row " << r << " position " << t;
+                out[r * T + t] = float(tgt[r * T + t]);
+            }
+        return out;
+    }
+    std::string describe() const override { return "target ids"; }
+    size_t num_params() const override { return 0; }
+    void zero_grad() override {}
+    double forward_backward(const int*, const int*, float) override { return 0; }
+    double evaluate(const int*, const int*) override { return 0; }
+    double grad_norm() override { return 0; }
+    std::vector<float> gradients() const override { return {}; }
+    void apply_update(double, double, const TrainConfig&) override {}
+    TrainState save_state() const override { return {}; }
+    void load_state(const TrainState&) override {}
+    void load_params(const std::vector<float>&) override {}
+    std::unique_ptr<Decoder> make_decoder() const override { return nullptr; }
+};
+
+}  // namespace
+
+// Context tokens are 90s, so counting one of them, or missing an ending token, changes every score.
+TEST(ChoiceScoring, CountsExactlyTheEndingTokensSummedAndMeaned) {
+    std::vector<ChoiceItem> items = {
+        // sums 6, 5, 12: acc picks ending 1; means 3, 5, 4: acc_norm picks ending 0 (the label)
+        {{90, 91, 92}, {{2, 4}, {5}, {3, 4, 5}}, 0},
+        // sums 7, 7 tie: the lower index (ending 0, not the label); means 7, 3.5: ending 1 (the label)
+        {{93}, {{7}, {3, 4}}, 1},
+        // a context of 20 tokens, too long for T = 8 with a 3-token ending: cut to its last 6
+        {std::vector<int>(20, 95), {{1, 1, 1}, {9, 9, 9}}, 0},
+    };
+    for (int B : {1, 3, 8}) {  // rows spread over micro-batches, or all in one with padding rows
+        SCOPED_TRACE(B);
+        TargetIdLosses model(B, 8);
+        const ChoiceScore s = score_choices(model, B, 8, 100, items);
+        EXPECT_EQ(s.items, 3u);
+        EXPECT_EQ(s.correct_sum, 1u);   // item 3 only
+        EXPECT_EQ(s.correct_mean, 3u);  // all three
+        EXPECT_EQ(s.cut, 1u);
+        EXPECT_EQ(model.calls, (7 + B - 1) / B);  // 7 endings, B rows a call
+    }
+}
+
+TEST(ChoiceScoring, RefusesWhatCannotBeScored) {
+    TargetIdLosses model(4, 8);
+    auto refusal = [&](const ChoiceItem& item) { return error_of([&] { score_choices(model, 4, 8, 100, {item}); }); };
+    EXPECT_TRUE(mentions(refusal({{}, {{1}}, 0}), "item 1: empty context"));
+    EXPECT_TRUE(mentions(refusal({{1}, {{1}, {}}, 0}), "item 1: ending 2 is empty"));
+    EXPECT_TRUE(mentions(refusal({{1}, {std::vector<int>(9, 1)}, 0}), "ending 1 of 9 tokens does not fit seq_len 8"));
+    EXPECT_TRUE(mentions(refusal({{1}, {{100}}, 0}), "token id 100 outside the vocabulary of 100"));
+    EXPECT_NO_THROW(score_choices(model, 4, 8, 100, {{{1}, {std::vector<int>(8, 1)}, 0}}));  // T = 8 fits
+}
+
+TEST(HellaSwag, ReadsContextsAndSpacedEndings) {
+    test::TempDir dir;
+    const nlohmann::json a = {{"ind", 24}, {"ctx", "A man"}, {"endings", {"sits.", "runs."}}, {"label", 1}};
+    const nlohmann::json b = {{"ctx", "It"}, {"endings", {"x", "y", "z"}}, {"label", 2}};
+    const std::string path = dir.write("hs.jsonl", a.dump() + "\n\n" + b.dump() + "\n" + a.dump() + "\n");
+    // Bytes as token ids: the reader's strings are visible in its items.
+    auto bytes = [](const std::string& s) { return std::vector<int>(s.begin(), s.end()); };
+    const std::vector<ChoiceItem> items = read_hellaswag(path, bytes);
+    ASSERT_EQ(items.size(), 3u);  // the blank line skipped
+    EXPECT_EQ(items[0].context, bytes("A man"));
+    EXPECT_EQ(items[0].endings, (std::vector<std::vector<int>>{bytes(" sits."), bytes(" runs.")}));
+    EXPECT_EQ(items[0].label, 1);
+    EXPECT_EQ(items[1].endings.size(), 3u);
+    EXPECT_EQ(items[1].label, 2);
+    EXPECT_EQ(read_hellaswag(path, bytes, 2).size(), 2u);
+
+    auto refusal = [&](const std::string& text) {
+        return error_of([&] { read_hellaswag(dir.write("bad.jsonl", text), bytes); });
+    };
+    EXPECT_TRUE(mentions(refusal(a.dump() + "\n{\"ctx\": 1}\n"), "bad.jsonl line 2: no \"ctx\" string"));
+    EXPECT_TRUE(mentions(refusal("{not json\n"), "line 1: not a JSON object"));
+    EXPECT_TRUE(mentions(refusal(R"({"ctx": "a", "endings": ["b", "c"], "label": 2})"), "\"label\" is not the index"));
+    EXPECT_TRUE(mentions(refusal(R"({"ctx": "a", "endings": ["b", 3], "label": 0})"), "an ending is not a string"));
+    EXPECT_TRUE(mentions(refusal(R"({"ctx": "a", "endings": [], "label": 0})"), "no \"endings\" array"));
+    EXPECT_TRUE(mentions(refusal("\n"), "holds no items"));
+    EXPECT_TRUE(mentions(error_of([&] { read_hellaswag(dir / "none.jsonl", bytes); }), "cannot open"));
+}
+
+// A model trained on the pattern (i * 7) % 61 picks the pattern's continuation among random endings;
+// with the labels moved to a wrong ending it is almost never right.
+TEST(ChoiceScoring, ATrainedModelPicksTheContinuationItLearned) {
+    test::SyntheticRun synth{"choice", ModelConfig{1, 2, 32, 16, 256}, 4, 16, 20000, 4000};
+    TrainConfig& cfg = synth.cfg;
+    cfg.steps = 100;
+    cfg.warmup_steps = 3;
+    cfg.lr = 1e-2;
+    cfg.eval_every = 0;
+    cfg.ckpt_every = 100;
+    TrainOptions opt;
+    opt.device = "cpu";
+    opt.quiet = true;
+    ASSERT_EQ(run_train(cfg, opt), 0);
+
+    Rng rng(5);
+    auto pattern = [](long i) { return int(i * 7 % 61); };
+    std::vector<ChoiceItem> items(40);
+    for (ChoiceItem& item : items) {
+        const long at = (long)rng.below(1000);
+        for (long k = 0; k < 8; k++) item.context.push_back(pattern(at + k));
+        item.label = (int)rng.below(4);
+        for (int e = 0; e < 4; e++) {
+            std::vector<int> ending;
+            for (long k = 0; k < 4; k++) ending.push_back(e == item.label ? pattern(at + 8 + k) : (int)rng.below(256));
+            item.endings.push_back(ending);
+        }
+    }
+    auto model = make_cpu_backend(cfg);
+    const std::string ckpt = checkpoint_path(cfg.out_dir, 100);
+    model->load_params(load_weights(ckpt).params);
+    const ChoiceScore right = score_choices(*model, cfg.batch_size, cfg.seq_len, 256, items);
+    EXPECT_GE(right.correct_mean, 36u);
+    EXPECT_GE(right.correct_sum, 36u);
+    for (ChoiceItem& item : items) item.label = (item.label + 1) % 4;
+    const ChoiceScore wrong = score_choices(*model, cfg.batch_size, cfg.seq_len, 256, items);
+    EXPECT_LE(wrong.correct_mean, 4u);
+
+    // `codagpt eval --hellaswag`: the file read with the encoder given, scored after the val loss.
+    const nlohmann::json line = {{"ctx", "abc"}, {"endings", {"d", "e"}}, {"label", 0}};
+    EvalOptions e;
+    e.weights = ckpt;
+    e.device = "cpu";
+    e.hellaswag = synth.dir.write("hs.jsonl", line.dump() + "\n" + line.dump() + "\n");
+    EXPECT_TRUE(mentions(error_of([&] { run_eval(e); }), "--hellaswag needs the GPT-2 tokenizer"));
+    e.encode = [](const std::string& s) { return std::vector<int>(s.begin(), s.end()); };
+    const EvalResult r = run_eval(e);
+    ASSERT_TRUE(r.hellaswag.has_value());
+    EXPECT_EQ(r.hellaswag->items, 2u);
+    EXPECT_EQ(r.hellaswag->correct_sum, r.hellaswag->correct_mean);  // one-token endings: sum = mean
+}
