@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
     train->footer(launch_help());  // the launcher parses its flags before CLI11 runs
 
     // ---- eval (a model's validation loss, as training evaluates it)
-    CLI::App* eval_cmd = app.add_subcommand("eval", "Validation loss of a model's weights, as a training run evaluates "
-                                                    "it (GPU when present, else the CPU reference)");
+    CLI::App* eval_cmd = app.add_subcommand("eval", "Validation loss (and HellaSwag accuracy) of a model's weights, as "
+                                                    "a training run evaluates (GPU when present, else the CPU reference)");
     EvalOptions eval_opt;
     bool eval_json = false;
     eval_cmd->add_option("--checkpoint", eval_opt.weights, "A codagpt checkpoint, .safetensors or llm.c model .bin")
