@@ -66,7 +66,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt);
 
 // `codagpt eval`: the validation loss of a model's weights, computed as a training run's evaluation
 // computes it (the same backends, batches and order), so a checkpoint's loss here is the one its
-// run logged at that step for the same data, B, T and eval_batches.
+// run logged at that step for the same data, B, T, eval_batches, device and path, where that run
+// was one process (a data-parallel run's ranks evaluate their own shares of the windows).
 struct EvalOptions {
     std::string weights;   // a codagpt checkpoint, .safetensors or llm.c model .bin
     // Config name or path for the data, B, T and eval_batches; empty: a checkpoint's own run config,
