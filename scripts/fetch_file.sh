@@ -4,7 +4,8 @@
 # The caller defines `good FILE` (its size and checksum, or what it must hold) and `what` (how the
 # error names a bad copy). Does nothing when DEST is already good. The copy goes through a temporary
 # file beside DEST, renamed at the end: an interrupted download never leaves a partial file. TAG
-# prefixes the messages; on failure it prints one error line and exits 1.
+# prefixes the messages; on failure it prints one error line and exits 1. One call a script (the
+# temporary file and its clean-up trap are the script's).
 fetch_file() {
   local dest=$1 url=$2 tag=$3
   local name; name=$(basename "$dest")
@@ -21,7 +22,7 @@ fetch_file() {
       _install_fetched "$dest" "$src" "$tag"
       return 0
     fi
-    failures+="; $src $what"
+    failures+="; $src ${what:-is not a good copy}"
   done
   if ! command -v curl >/dev/null 2>&1 && ! command -v wget >/dev/null 2>&1; then
     failures+="; no curl or wget to download $url"
@@ -31,7 +32,7 @@ fetch_file() {
     _install_fetched "$dest" "$url" "$tag"
     return 0
   else
-    failures+="; the download from $url $what"
+    failures+="; the download from $url ${what:-is not a good copy}"
   fi
   echo "$tag: error: no good copy of $name (looked in \$CODAGPT_DATA, ../shared/data and online${failures})" >&2
   exit 1

@@ -60,13 +60,13 @@ uint64_t unsigned_at(const json& j, const char* key) {
     return v.get<uint64_t>();
 }
 
-// j[key]: an array of finite numbers (an outlier window), of at most 2^20.
+// j[key]: an array of finite numbers (an outlier window), of at most kMaxOutlierWindow.
 std::vector<double> finite_numbers(const json& j, const char* key) {
-    const json& v = j.at(key);
-    if (!v.is_array() || v.size() > (1u << 20))
-        throw Error(std::string("outlier_windows.") + key + " is not an array of at most 2^20 numbers");
+    if (!j.contains(key) || !j[key].is_array() || j[key].size() > size_t(kMaxOutlierWindow))
+        throw Error(std::string("outlier_windows.") + key + " is not an array of at most " +
+                    std::to_string(kMaxOutlierWindow) + " numbers");
     std::vector<double> out;
-    for (const json& x : v) {
+    for (const json& x : j[key]) {
         if (!x.is_number() || !std::isfinite(x.get<double>()))
             throw Error(std::string("outlier_windows.") + key + " holds " +
                         (x.is_number() ? x.dump() : std::string("a ") + x.type_name()) + ", not a finite number");
@@ -102,6 +102,7 @@ void parse_metadata(const std::string& text, uint64_t data_bytes, Checkpoint& ck
         ck.data_ranks = int(ranks);
         if (j.contains("outlier_windows")) {
             const json& w = j.at("outlier_windows");
+            if (!w.is_object()) throw Error("outlier_windows is not an object of \"loss\" and \"grad_norm\"");
             ck.loss_window = finite_numbers(w, "loss");
             ck.grad_norm_window = finite_numbers(w, "grad_norm");
         }

@@ -45,7 +45,31 @@ std::vector<ChoiceItem> read_hellaswag(const std::string& path,
     return items;
 }
 
+void check_choices(const std::vector<ChoiceItem>& items, int T, int vocab) {
+    auto check_ids = [&](const std::string& which, const std::vector<int>& ids) {
+        for (int t : ids)
+            if (t < 0 || t >= vocab)
+                throw Error(which + ": token id " + std::to_string(t) + " outside the vocabulary of " +
+                            std::to_string(vocab));
+    };
+    for (size_t i = 0; i < items.size(); i++) {
+        const ChoiceItem& item = items[i];
+        const std::string which = "multiple-choice item " + std::to_string(i + 1);
+        if (item.context.empty()) throw Error(which + ": empty context");
+        check_ids(which, item.context);
+        for (size_t e = 0; e < item.endings.size(); e++) {
+            const std::vector<int>& ending = item.endings[e];
+            if (ending.empty()) throw Error(which + ": ending " + std::to_string(e + 1) + " is empty");
+            if ((long)ending.size() > T)
+                throw Error(which + ": ending " + std::to_string(e + 1) + " of " + std::to_string(ending.size()) +
+                            " tokens does not fit seq_len " + std::to_string(T) + " after one context token");
+            check_ids(which, ending);
+        }
+    }
+}
+
 ChoiceScore score_choices(TrainBackend& model, int B, int T, int vocab, const std::vector<ChoiceItem>& items) {
+    check_choices(items, T, vocab);
     ChoiceScore score;
     score.items = items.size();
     // Each ending's summed loss, filled a micro-batch at a time.
@@ -74,25 +98,15 @@ ChoiceScore score_choices(TrainBackend& model, int B, int T, int vocab, const st
 
     for (size_t i = 0; i < items.size(); i++) {
         const ChoiceItem& item = items[i];
-        const std::string which = "multiple-choice item " + std::to_string(i + 1);
-        if (item.context.empty()) throw Error(which + ": empty context");
         sums[i].assign(item.endings.size(), 0.0);
         bool cut = false;
         for (size_t e = 0; e < item.endings.size(); e++) {
             const std::vector<int>& ending = item.endings[e];
-            if (ending.empty()) throw Error(which + ": ending " + std::to_string(e + 1) + " is empty");
-            if ((long)ending.size() > T)
-                throw Error(which + ": ending " + std::to_string(e + 1) + " of " + std::to_string(ending.size()) +
-                            " tokens does not fit seq_len " + std::to_string(T) + " after one context token");
             // The row: the last `keep` context tokens, then the ending: keep + n - 1 <= T positions.
             const size_t keep = std::min(item.context.size(), (size_t)T + 1 - ending.size());
             cut |= keep < item.context.size();
             std::vector<int> seq(item.context.end() - keep, item.context.end());
             seq.insert(seq.end(), ending.begin(), ending.end());
-            for (int t : seq)
-                if (t < 0 || t >= vocab)
-                    throw Error(which + ": token id " + std::to_string(t) + " outside the vocabulary of " +
-                                std::to_string(vocab));
             const size_t r = rows.size();
             for (size_t t = 0; t + 1 < seq.size(); t++) {
                 inputs[r * T + t] = seq[t];

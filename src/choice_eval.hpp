@@ -31,11 +31,14 @@ struct ChoiceScore {
     size_t cut = 0;           // items with a context cut from the left to fit seq_len
 };
 
+// Throws Error naming the first item that rows of T positions cannot score: an empty context or
+// ending, an ending too long to follow one context token, a token id outside [0, vocab).
+void check_choices(const std::vector<ChoiceItem>& items, int T, int vocab);
+
 // Scores `items` with `model`, whose micro-batches are B rows of T positions: each ending is a row
 // holding its context and itself (tokens t_0 ... t_n, n <= T: inputs t_0 ... t_{n-1}, targets
 // t_1 ... t_n, then padding), the context cut from the left where they do not fit; rows of padding
-// fill the last micro-batch. Ties go to the lower index. Throws Error for a token id outside
-// [0, vocab), an empty context or ending, and an ending too long to follow one context token.
+// fill the last micro-batch. Ties go to the lower index. Checks the items first (check_choices).
 ChoiceScore score_choices(TrainBackend& model, int B, int T, int vocab, const std::vector<ChoiceItem>& items);
 
 }  // namespace codagpt

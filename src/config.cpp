@@ -278,7 +278,8 @@ void validate(const TrainConfig& c) {
     require_at_least("max_bad_steps", c.max_bad_steps, 1);
     require_at_least("skip_loss_z", c.skip_loss_z, 0.0);
     require_at_least("skip_grad_z", c.skip_grad_z, 0.0);
-    require_at_least("outlier_window", c.outlier_window, 2);
+    require(c.outlier_window >= 2 && c.outlier_window <= kMaxOutlierWindow, "outlier_window",
+            "must be in [2, " + str(kMaxOutlierWindow) + "], got " + str(c.outlier_window));
     require_at_least("sample_every", c.sample_every, 0);
     require_at_least("sample_tokens", c.sample_tokens, 1);
 }

@@ -21,6 +21,8 @@ struct ModelConfig {
     size_t num_params() const;  // with the padded vocabulary, tied embeddings counted once
 };
 
+constexpr int kMaxOutlierWindow = 1 << 20;  // steps of TrainConfig::outlier_window (and a checkpoint's)
+
 struct TrainConfig {
     std::string name = "gpt2-tiny";
     std::string description;  // informational only
@@ -66,7 +68,7 @@ struct TrainConfig {
     // skipped steps' values too, so that a lasting change of level stops counting as an outlier.
     double skip_loss_z = 0;
     double skip_grad_z = 0;
-    int outlier_window = 128;
+    int outlier_window = 128;  // at most kMaxOutlierWindow
     // samples: every sample_every steps (and after the last; 0 disables) sample_tokens tokens that
     // continue sample_prompt (empty: the first token of the validation data, <|endoftext|> in
     // prepared shards), at temperature 1 over the whole vocabulary with Rng(seed) each time, so that

@@ -120,6 +120,8 @@ int main(int argc, char** argv) {
         ->check(kNonNegative);
     eval_cmd->add_flag("--json", eval_json, "Print one JSON object instead of the text lines");
     add_config_options(*eval_cmd, eval_opt.overrides);
+    eval_cmd->footer("eval reads val_data, batch_size, seq_len and eval_batches of the config keys; the model "
+                     "keys are the weights'; the others are accepted and unused.");
 
     // ---- prepare
 #ifdef CODAGPT_HAVE_TOKENIZER

@@ -8,7 +8,8 @@ namespace codagpt {
 constexpr double kPi = 3.14159265358979323846;
 
 // llm.c's convention: step 0 already trains with lr / warmup_steps, step warmup_steps-1 with lr.
-// The cosine then runs from lr at step warmup_steps to lr * min_lr_frac at step steps-1.
+// The decay (cosine or linear) then runs from lr at step warmup_steps (wsd: at the start of its
+// cooldown) to lr * min_lr_frac at step steps-1.
 double lr_at(const TrainConfig& c, int step) {
     if (step < c.warmup_steps) return c.lr * (step + 1) / c.warmup_steps;
     if (c.lr_schedule == "constant") return c.lr;
@@ -18,7 +19,8 @@ double lr_at(const TrainConfig& c, int step) {
                           ? std::max(c.warmup_steps, last - (int)std::lround(c.cooldown_frac * c.steps))
                           : c.warmup_steps;
     const double min_lr = c.lr * c.min_lr_frac;
-    const double progress = last > first ? std::clamp(double(step - first) / (last - first), 0.0, 1.0) : 1.0;
+    const double progress = last > first ? std::clamp(double(step - first) / (last - first), 0.0, 1.0)
+                                         : step >= last ? 1.0 : 0.0;  // no room for a decay: the last step alone
     const double weight = c.lr_schedule == "cosine" ? 0.5 * (1.0 + std::cos(kPi * progress)) : 1.0 - progress;
     return min_lr + weight * (c.lr - min_lr);
 }

@@ -1,5 +1,5 @@
-// AdamW with decoupled weight decay, global-norm gradient clipping and the cosine learning-rate
-// schedule, on flat fp32 buffers (the CPU reference; GPU paths are checked against it).
+// AdamW with decoupled weight decay, global-norm gradient clipping and the learning-rate schedules,
+// on flat fp32 buffers (the CPU reference; GPU paths are checked against it).
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -8,8 +8,9 @@
 
 namespace codagpt {
 
-// Learning rate at `step` (0-based): linear warmup over warmup_steps to lr, then cosine decay to
-// lr * min_lr_frac at the last step.
+// Learning rate at `step` (0-based): linear warmup over warmup_steps to lr, then c.lr_schedule
+// (config.hpp): a cosine or linear decay to lr * min_lr_frac at the last step, lr throughout, or
+// lr until the last cooldown_frac of the steps and a linear decay over them (wsd).
 double lr_at(const TrainConfig& c, int step);
 
 // Sum of squares of grads[0..n), in double: fixed chunks whose partial sums are added in chunk

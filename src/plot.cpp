@@ -34,7 +34,7 @@ MetricsSeries read_metrics(const std::string& path) {
             if (j.contains(key) && j[key].is_number() && std::isfinite(j[key].get<double>()))
                 series.emplace_back(step, j[key].get<double>());
         };
-        take("loss", m.loss);
+        if (!j.contains("skipped")) take("loss", m.loss);  // a skipped outlier's loss trained nothing
         take("val_loss", m.val_loss);
         take("tok_s", m.tok_s);
     }

@@ -645,16 +645,21 @@ EvalResult run_eval(const EvalOptions& opt) {
     TrainConfig& cfg = r.config;
     cfg = !opt.config.empty() ? load_config(opt.config) : run_config ? *run_config : load_config("gpt2-tiny");
     cfg.model = w.config;  // before the overrides, which validate seq_len against it
-    apply_overrides(cfg, opt.overrides);
+    try {
+        apply_overrides(cfg, opt.overrides);
+        validate(cfg);
+    } catch (const Error& e) {
+        throw Error(std::string(e.what()) + " (the model keys are those of " + opt.weights + ")");
+    }
     const std::string diff = model_differences(w.config, cfg.model);
     if (!diff.empty())
         throw Error("eval: the options contradict the model of " + opt.weights + ": " + diff +
                     " (its shape comes from the weights: leave those keys out)");
-    validate(cfg);
     std::vector<ChoiceItem> hellaswag;
     if (!opt.hellaswag.empty()) {
         if (!opt.encode) throw Error("--hellaswag needs the GPT-2 tokenizer, which this build lacks");
         hellaswag = read_hellaswag(opt.hellaswag, opt.encode, opt.hellaswag_limit);
+        check_choices(hellaswag, cfg.seq_len, cfg.model.vocab_size);  // before anything runs
     }
 
     DataLoader val(cfg.val_data, cfg.batch_size, cfg.seq_len, 0, 1, /*shuffle=*/false, cfg.seed, cfg.model.vocab_size);

@@ -434,6 +434,12 @@ TEST_F(CheckpointTest, CorruptFilesAreRefusedWithOneLineNamingTheProblem) {
     p.meta["outlier_windows"]["grad_norm"] = 3;
     expect_refused(join(p), "outlier_windows.grad_norm is not an array", "a window not an array");
     p = parts;
+    p.meta["outlier_windows"].erase("loss");
+    expect_refused(join(p), "outlier_windows.loss is not an array", "a window missing");
+    p = parts;
+    p.meta["outlier_windows"] = 3;
+    expect_refused(join(p), "outlier_windows is not an object", "windows not an object");
+    p = parts;
     p.meta.erase("outlier_windows");  // files from before the outlier guard
     EXPECT_EQ(refusal(join(p)), "(no error)");
     EXPECT_EQ(refusal(join(parts)), "(no error)");  // the rebuilding itself is faithful

@@ -28,10 +28,12 @@ namespace {
 // the ids it counts.
 struct TargetIdLosses final : TrainBackend {
     int B, T, calls = 0;
+    std::vector<std::vector<int>> rows;  // every row's inputs, in order
     TargetIdLosses(int b, int t) : B(b), T(t) {}
     std::vector<float> evaluate_tokens(const int* in, const int* tgt) override {
         calls++;
         std::vector<float> out((size_t)B * T);
+        for (int r = 0; r < B; r++) rows.emplace_back(in + r * T, in + (r + 1) * T);
         for (int r = 0; r < B; r++)
             for (int t = 0; t < T; t++) {
                 const bool padding = in[r * T + t] == 0 && tgt[r * T + t] == 0;  // the items' ids are >= 1
@@ -56,15 +58,18 @@ struct TargetIdLosses final : TrainBackend {
 
 }  // namespace
 
-// Context tokens are 90s, so counting one of them, or missing an ending token, changes every score.
+// Context tokens are 60 and more, so counting one of them, or missing an ending token, changes every
+// score.
 TEST(ChoiceScoring, CountsExactlyTheEndingTokensSummedAndMeaned) {
+    std::vector<int> long_context;
+    for (int k = 0; k < 20; k++) long_context.push_back(60 + k);
     std::vector<ChoiceItem> items = {
         // sums 6, 5, 12: acc picks ending 1; means 3, 5, 4: acc_norm picks ending 0 (the label)
         {{90, 91, 92}, {{2, 4}, {5}, {3, 4, 5}}, 0},
         // sums 7, 7 tie: the lower index (ending 0, not the label); means 7, 3.5: ending 1 (the label)
         {{93}, {{7}, {3, 4}}, 1},
         // a context of 20 tokens, too long for T = 8 with a 3-token ending: cut to its last 6
-        {std::vector<int>(20, 95), {{1, 1, 1}, {9, 9, 9}}, 0},
+        {long_context, {{1, 1, 1}, {9, 9, 9}}, 0},
     };
     for (int B : {1, 3, 8}) {  // rows spread over micro-batches, or all in one with padding rows
         SCOPED_TRACE(B);
@@ -75,6 +80,9 @@ TEST(ChoiceScoring, CountsExactlyTheEndingTokensSummedAndMeaned) {
         EXPECT_EQ(s.correct_mean, 3u);  // all three
         EXPECT_EQ(s.cut, 1u);
         EXPECT_EQ(model.calls, (7 + B - 1) / B);  // 7 endings, B rows a call
+        ASSERT_GE(model.rows.size(), 7u);
+        EXPECT_EQ(model.rows[0], (std::vector<int>{90, 91, 92, 2, 0, 0, 0, 0}));  // the last token is a target only
+        EXPECT_EQ(model.rows[5], (std::vector<int>{74, 75, 76, 77, 78, 79, 1, 1}));  // the context's last 6
     }
 }
 
@@ -154,16 +162,27 @@ TEST(ChoiceScoring, ATrainedModelPicksTheContinuationItLearned) {
     const ChoiceScore wrong = score_choices(*model, cfg.batch_size, cfg.seq_len, 256, items);
     EXPECT_LE(wrong.correct_mean, 4u);
 
-    // `codagpt eval --hellaswag`: the file read with the encoder given, scored after the val loss.
-    const nlohmann::json line = {{"ctx", "abc"}, {"endings", {"d", "e"}}, {"label", 0}};
+    // `codagpt eval --hellaswag`: the file read with the encoder given and scored by the checkpoint's
+    // model and shape: the scores of those items scored here.
+    auto encode = [](const std::string& s) { return std::vector<int>(s.begin(), s.end()); };
+    std::string text;
+    for (const char* ending : {"xyz", "uvw", "abc"})
+        text += nlohmann::json{{"ctx", "abcdefgh"}, {"endings", {"ijk", ending, "ijkl"}}, {"label", 1}}.dump() + "\n";
     EvalOptions e;
     e.weights = ckpt;
     e.device = "cpu";
-    e.hellaswag = synth.dir.write("hs.jsonl", line.dump() + "\n" + line.dump() + "\n");
+    e.hellaswag = synth.dir.write("hs.jsonl", text);
     EXPECT_TRUE(mentions(error_of([&] { run_eval(e); }), "--hellaswag needs the GPT-2 tokenizer"));
-    e.encode = [](const std::string& s) { return std::vector<int>(s.begin(), s.end()); };
+    e.encode = encode;
     const EvalResult r = run_eval(e);
     ASSERT_TRUE(r.hellaswag.has_value());
-    EXPECT_EQ(r.hellaswag->items, 2u);
-    EXPECT_EQ(r.hellaswag->correct_sum, r.hellaswag->correct_mean);  // one-token endings: sum = mean
+    const ChoiceScore direct =
+        score_choices(*model, cfg.batch_size, cfg.seq_len, 256, read_hellaswag(e.hellaswag, encode));
+    EXPECT_EQ(r.hellaswag->items, 3u);
+    EXPECT_EQ(r.hellaswag->correct_mean, direct.correct_mean);
+    EXPECT_EQ(r.hellaswag->correct_sum, direct.correct_sum);
+    // Items that cannot be scored are refused before anything runs.
+    e.hellaswag = synth.dir.write("long.jsonl", nlohmann::json{{"ctx", "a"}, {"endings", {std::string(17, 'b')}},
+                                                               {"label", 0}}.dump());
+    EXPECT_TRUE(mentions(error_of([&] { run_eval(e); }), "ending 1 of 18 tokens does not fit seq_len 16"));
 }

@@ -185,6 +185,7 @@ TEST(Config, ImpossibleValuesAreNamed) {
         {"cooldown_frac", {{"cooldown_frac", 1.5}}},
         {"skip_loss_z", {{"skip_loss_z", -1}}},
         {"outlier_window", {{"outlier_window", 1}}},
+        {"outlier_window", {{"outlier_window", (1 << 20) + 1}}},
         {"weight_decay", {{"weight_decay", -0.1}}},
         {"beta1", {{"beta1", 1.0}}},
         {"beta1", {{"beta1", -0.1}}},

@@ -128,6 +128,11 @@ TEST(Schedule, LinearConstantAndWarmupStableDecay) {
     EXPECT_NEAR(lr_at(c, 99), 0.5 * (1e-3 + 1e-4), 1e-15);
     EXPECT_NEAR(lr_at(c, 110), 1e-4, 1e-15);
 
+    // A cooldown too short to round to a step: lr until the last step, which runs at the minimum.
+    c.cooldown_frac = 0.001;
+    for (int s = 10; s < 110; s++) EXPECT_DOUBLE_EQ(lr_at(c, s), 1e-3) << s;
+    EXPECT_DOUBLE_EQ(lr_at(c, 110), 1e-4);
+
     // A cooldown over every step after the warmup is the linear schedule.
     c.cooldown_frac = 1;
     const TrainConfig linear = schedule_config("linear");
