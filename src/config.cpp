@@ -197,6 +197,11 @@ const std::vector<ConfigKey>& config_schema() {
         key("eval_every", "steps between validation passes (also after the last step); 0 disables",
             [](auto& c) { return &c.eval_every; }),
         key("eval_batches", "validation batches per pass", [](auto& c) { return &c.eval_batches; }),
+        key("hellaswag_data",
+            "HellaSwag jsonl (scripts/get_hellaswag.sh) scored at every evaluation (needs the tokenizer); empty: none",
+            [](auto& c) { return &c.hellaswag_data; }),
+        key("hellaswag_items", "HellaSwag items scored at each evaluation (the first ones); 0: all",
+            [](auto& c) { return &c.hellaswag_items; }),
         key("log_every", "steps between training log lines", [](auto& c) { return &c.log_every; }),
         key("ckpt_every", "steps between checkpoints (also after the last step); 0: only on SIGINT/SIGTERM",
             [](auto& c) { return &c.ckpt_every; }),
@@ -272,6 +277,7 @@ void validate(const TrainConfig& c) {
     require_at_least("grad_clip", c.grad_clip, 0.0);
     require_at_least("eval_every", c.eval_every, 0);
     require_at_least("eval_batches", c.eval_batches, 1);
+    require_at_least("hellaswag_items", c.hellaswag_items, 0);
     require_at_least("log_every", c.log_every, 1);
     require_at_least("ckpt_every", c.ckpt_every, 0);
     require_at_least("ckpt_keep", c.ckpt_keep, 1);

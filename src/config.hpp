@@ -53,6 +53,10 @@ struct TrainConfig {
     // evaluation and logging
     int eval_every = 50;     // 0 disables; also evaluated after the last step
     int eval_batches = 8;
+    // HellaSwag (choice_eval.hpp) scored at every evaluation, as llm.c does: its jsonl file (empty:
+    // none) and at most this many of its items (0: all)
+    std::string hellaswag_data;
+    int hellaswag_items = 0;
     int log_every = 1;
     // checkpoints: out_dir/ckpt_<step>.bin every ckpt_every steps and after the last (0: only on
     // SIGINT/SIGTERM), keeping the newest ckpt_keep

@@ -205,8 +205,9 @@ int main(int argc, char** argv) {
                 try {
                     tok = std::make_shared<const Tokenizer>(Tokenizer::load(find_tokenizer_dir()));
                 } catch (const Error& e) {
-                    throw Error(std::string("samples during training (sample_every) need the GPT-2 tokenizer: ") + e.what() +
-                                " (or train with --sample_every 0)");
+                    throw Error(std::string("samples (sample_every) and HellaSwag (hellaswag_data) during training "
+                                            "need the GPT-2 tokenizer: ") +
+                                e.what() + " (or train with --sample_every 0 and no hellaswag_data)");
                 }
                 return SampleText{[tok](const std::string& text) { return tok->encode(text); },
                                   [tok](const std::vector<int>& ids) { return tok->decode(ids); }};

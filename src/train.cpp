@@ -273,11 +273,12 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     if (resume) train_data.set_state(loader_state_for(*resume, ranks));
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
 
-    // ---- samples: the text codec and the prompt's tokens, checked before anything is written
+    // ---- samples and HellaSwag: the text codec, the prompt's tokens and the items, checked before
+    // anything is written
     SampleText text;
+    if ((cfg.sample_every > 0 || !cfg.hellaswag_data.empty()) && opt.sample_text) text = opt.sample_text();
     std::vector<int> sample_prompt;
     if (cfg.sample_every > 0) {
-        if (opt.sample_text) text = opt.sample_text();
         if (cfg.sample_prompt.empty()) {
             val_data.next_batch(inputs.data(), targets.data());
             sample_prompt = {inputs[0]};
@@ -295,6 +296,16 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             if (t >= mc.vocab_size)
                 throw Error("sample_prompt: token id " + std::to_string(t) + " outside the vocabulary of " +
                             std::to_string(mc.vocab_size));
+    }
+    // This rank's share of the HellaSwag items (every ranks-th from its own), scored at each evaluation.
+    std::vector<ChoiceItem> hellaswag;
+    size_t hellaswag_total = 0;
+    if (!cfg.hellaswag_data.empty()) {
+        if (!text.encode) throw Error("hellaswag_data: this build has no tokenizer to encode it");
+        const std::vector<ChoiceItem> all = read_hellaswag(cfg.hellaswag_data, text.encode, cfg.hellaswag_items);
+        check_choices(all, T, mc.vocab_size);
+        for (size_t i = dist.rank; i < all.size(); i += ranks) hellaswag.push_back(all[i]);
+        hellaswag_total = all.size();
     }
 
     // ---- model and optimizer on the chosen device (weights, moments and step from the checkpoint;
@@ -356,9 +367,20 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
 
     auto eval_and_log = [&](int step) {
         const double val_loss = evaluate(*model, val_data, cfg.eval_batches, inputs, targets, dp.get());
+        nlohmann::json line = {{"step", step}, {"val_loss", val_loss}};
+        char hellaswag_text[64] = "";
+        if (hellaswag_total > 0) {
+            const ChoiceScore s = score_choices(*model, B, T, mc.vocab_size, hellaswag);
+            const std::vector<double> correct =
+                sum_over_ranks(dp.get(), {double(s.correct_mean), double(s.correct_sum)});  // every rank's items
+            const double acc_norm = correct[0] / hellaswag_total;
+            line["hellaswag_acc_norm"] = acc_norm;
+            line["hellaswag_acc"] = correct[1] / hellaswag_total;
+            std::snprintf(hellaswag_text, sizeof hellaswag_text, " | hellaswag acc_norm %.4f", acc_norm);
+        }
         clear_live();
-        if (lead) std::printf("step %5d/%d | val loss %.4f\n", step, cfg.steps, val_loss);
-        record({{"step", step}, {"val_loss", val_loss}});
+        if (lead) std::printf("step %5d/%d | val loss %.4f%s\n", step, cfg.steps, val_loss, hellaswag_text);
+        record(line);
         return val_loss;
     };
     // The same draws every time (Rng(seed), temperature 1, whole vocabulary): samples differ only

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "backend.hpp"
@@ -124,34 +125,57 @@ TEST(HellaSwag, ReadsContextsAndSpacedEndings) {
     EXPECT_TRUE(mentions(error_of([&] { read_hellaswag(dir / "none.jsonl", bytes); }), "cannot open"));
 }
 
-// A model trained on the pattern (i * 7) % 61 picks the pattern's continuation among random endings;
-// with the labels moved to a wrong ending it is almost never right.
-TEST(ChoiceScoring, ATrainedModelPicksTheContinuationItLearned) {
-    test::SyntheticRun synth{"choice", ModelConfig{1, 2, 32, 16, 256}, 4, 16, 20000, 4000};
-    TrainConfig& cfg = synth.cfg;
-    cfg.steps = 100;
-    cfg.warmup_steps = 3;
-    cfg.lr = 1e-2;
-    cfg.eval_every = 0;
-    cfg.ckpt_every = 100;
-    TrainOptions opt;
-    opt.device = "cpu";
-    opt.quiet = true;
-    ASSERT_EQ(run_train(cfg, opt), 0);
+namespace {
 
+// Items whose right ending continues the training shards' pattern (i * 7) % 61 after 8 of its
+// tokens, the 3 others 4 random tokens below 128.
+std::vector<ChoiceItem> pattern_items(size_t n) {
     Rng rng(5);
     auto pattern = [](long i) { return int(i * 7 % 61); };
-    std::vector<ChoiceItem> items(40);
+    std::vector<ChoiceItem> items(n);
     for (ChoiceItem& item : items) {
         const long at = (long)rng.below(1000);
         for (long k = 0; k < 8; k++) item.context.push_back(pattern(at + k));
         item.label = (int)rng.below(4);
         for (int e = 0; e < 4; e++) {
             std::vector<int> ending;
-            for (long k = 0; k < 4; k++) ending.push_back(e == item.label ? pattern(at + 8 + k) : (int)rng.below(256));
+            for (long k = 0; k < 4; k++) ending.push_back(e == item.label ? pattern(at + 8 + k) : (int)rng.below(128));
             item.endings.push_back(ending);
         }
     }
+    return items;
+}
+
+// The pattern run of 100 steps: a 1-layer model on the pattern shards.
+struct PatternRun {
+    test::SyntheticRun synth{"choice", ModelConfig{1, 2, 32, 16, 256}, 4, 16, 20000, 4000};
+    TrainConfig& cfg = synth.cfg;
+    PatternRun() {
+        cfg.steps = 100;
+        cfg.warmup_steps = 3;
+        cfg.lr = 1e-2;
+        cfg.eval_every = 0;
+    }
+    static TrainOptions options() {
+        TrainOptions opt;
+        opt.device = "cpu";
+        opt.quiet = true;
+        return opt;
+    }
+};
+
+}  // namespace
+
+// A model trained on the pattern picks the pattern's continuation among random endings; with the
+// labels moved to a wrong ending it is almost never right.
+TEST(ChoiceScoring, ATrainedModelPicksTheContinuationItLearned) {
+    PatternRun run;
+    TrainConfig& cfg = run.cfg;
+    test::SyntheticRun& synth = run.synth;
+    cfg.ckpt_every = 100;
+    ASSERT_EQ(run_train(cfg, PatternRun::options()), 0);
+
+    std::vector<ChoiceItem> items = pattern_items(40);
     auto model = make_cpu_backend(cfg);
     const std::string ckpt = checkpoint_path(cfg.out_dir, 100);
     model->load_params(load_weights(ckpt).params);
@@ -185,4 +209,43 @@ TEST(ChoiceScoring, ATrainedModelPicksTheContinuationItLearned) {
     e.hellaswag = synth.dir.write("long.jsonl", nlohmann::json{{"ctx", "a"}, {"endings", {std::string(17, 'b')}},
                                                                {"label", 0}}.dump());
     EXPECT_TRUE(mentions(error_of([&] { run_eval(e); }), "ending 1 of 18 tokens does not fit seq_len 16"));
+}
+
+// hellaswag_data: the items scored at every evaluation of a training run, into its metrics lines.
+// The pattern items as text whose bytes are the ids (the encoder drops the space read_hellaswag puts
+// before an ending).
+TEST(ChoiceScoring, TrainingScoresHellaSwagAtEachEvaluation) {
+    PatternRun run;
+    TrainConfig& cfg = run.cfg;
+    cfg.eval_every = 50;
+    std::string text;
+    auto chars = [](const std::vector<int>& ids) { return std::string(ids.begin(), ids.end()); };
+    for (const ChoiceItem& item : pattern_items(40)) {
+        nlohmann::json endings = nlohmann::json::array();
+        for (const auto& e : item.endings) endings.push_back(chars(e));
+        text += nlohmann::json{{"ctx", chars(item.context)}, {"endings", endings}, {"label", item.label}}.dump() + "\n";
+    }
+    cfg.hellaswag_data = run.synth.dir.write("hs.jsonl", text);
+    TrainOptions opt = PatternRun::options();
+    EXPECT_TRUE(mentions(error_of([&] { run_train(cfg, opt); }), "hellaswag_data: this build has no tokenizer"));
+    opt.sample_text = [] {
+        return SampleText{[](const std::string& s) {
+                              const size_t from = !s.empty() && s[0] == ' ' ? 1 : 0;
+                              return std::vector<int>(s.begin() + from, s.end());
+                          },
+                          nullptr};
+    };
+    ASSERT_EQ(run_train(cfg, opt), 0);
+    std::vector<double> acc_norm;
+    std::ifstream f(fs::path(cfg.out_dir) / "metrics.jsonl");
+    for (std::string line; std::getline(f, line);) {
+        const nlohmann::json j = nlohmann::json::parse(line);
+        if (j.contains("val_loss")) {
+            ASSERT_TRUE(j.contains("hellaswag_acc_norm") && j.contains("hellaswag_acc")) << line;
+            acc_norm.push_back(j["hellaswag_acc_norm"].get<double>());
+        }
+    }
+    ASSERT_EQ(acc_norm.size(), 3u);  // steps 0, 50, 100
+    EXPECT_GE(acc_norm.back(), 0.9);
+    EXPECT_LT(acc_norm.front(), acc_norm.back());
 }
