@@ -211,9 +211,9 @@ TEST(ChoiceScoring, ATrainedModelPicksTheContinuationItLearned) {
     EXPECT_TRUE(mentions(error_of([&] { run_eval(e); }), "ending 1 of 18 tokens does not fit seq_len 16"));
 }
 
-// hellaswag_data: the items scored at every evaluation of a training run, into its metrics lines.
-// The pattern items as text whose bytes are the ids (the encoder drops the space read_hellaswag puts
-// before an ending).
+// hellaswag_data: the items scored at every evaluation of a training run, into its metrics lines,
+// changing no loss of the run. The pattern items as text whose bytes are the ids (the encoder drops
+// the space read_hellaswag puts before an ending).
 TEST(ChoiceScoring, TrainingScoresHellaSwagAtEachEvaluation) {
     PatternRun run;
     TrainConfig& cfg = run.cfg;
@@ -235,17 +235,26 @@ TEST(ChoiceScoring, TrainingScoresHellaSwagAtEachEvaluation) {
                           },
                           nullptr};
     };
-    ASSERT_EQ(run_train(cfg, opt), 0);
-    std::vector<double> acc_norm;
-    std::ifstream f(fs::path(cfg.out_dir) / "metrics.jsonl");
-    for (std::string line; std::getline(f, line);) {
-        const nlohmann::json j = nlohmann::json::parse(line);
-        if (j.contains("val_loss")) {
-            ASSERT_TRUE(j.contains("hellaswag_acc_norm") && j.contains("hellaswag_acc")) << line;
-            acc_norm.push_back(j["hellaswag_acc_norm"].get<double>());
+    auto losses_and_acc = [&](std::vector<double>& losses, std::vector<double>& acc_norm) {
+        ASSERT_EQ(run_train(cfg, opt), 0);
+        std::ifstream f(fs::path(cfg.out_dir) / "metrics.jsonl");
+        for (std::string line; std::getline(f, line);) {
+            const nlohmann::json j = nlohmann::json::parse(line);
+            if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
+            if (j.contains("val_loss") && !cfg.hellaswag_data.empty()) {
+                ASSERT_TRUE(j.contains("hellaswag_acc_norm") && j.contains("hellaswag_acc")) << line;
+                acc_norm.push_back(j["hellaswag_acc_norm"].get<double>());
+            }
         }
-    }
+    };
+    std::vector<double> losses, acc_norm, plain_losses, none;
+    losses_and_acc(losses, acc_norm);
     ASSERT_EQ(acc_norm.size(), 3u);  // steps 0, 50, 100
     EXPECT_GE(acc_norm.back(), 0.9);
     EXPECT_LT(acc_norm.front(), acc_norm.back());
+    cfg.hellaswag_data.clear();
+    cfg.out_dir += "_plain";
+    losses_and_acc(plain_losses, none);
+    ASSERT_EQ(losses.size(), 100u);
+    EXPECT_EQ(losses, plain_losses);
 }
