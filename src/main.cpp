@@ -112,16 +112,11 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"auto", "coda", "unfused"}))
         ->capture_default_str();
     eval_cmd->add_flag("--all", eval_opt.all, "Every window of the validation data, not the first eval_batches");
-    eval_cmd->add_option("--hellaswag", eval_opt.hellaswag,
-                         "Also score HellaSwag from this jsonl (scripts/get_hellaswag.sh): accuracy by the endings' "
-                         "mean (acc_norm) and summed (acc) token loss");
-    eval_cmd->add_option("--hellaswag-limit", eval_opt.hellaswag_limit,
-                         "Score the first N HellaSwag items only (0: all)")
-        ->check(kNonNegative);
     eval_cmd->add_flag("--json", eval_json, "Print one JSON object instead of the text lines");
     add_config_options(*eval_cmd, eval_opt.overrides);
-    eval_cmd->footer("eval reads val_data, batch_size, seq_len and eval_batches of the config keys; the model "
-                     "keys are the weights'; the others are accepted and unused.");
+    eval_cmd->footer("eval reads val_data, batch_size, seq_len, eval_batches, hellaswag_data and hellaswag_items of "
+                     "the config keys (--hellaswag_data FILE also scores HellaSwag); the model keys are the weights'; "
+                     "the others are accepted and unused.");
 
     // ---- prepare
 #ifdef CODAGPT_HAVE_TOKENIZER
@@ -217,10 +212,12 @@ int main(int argc, char** argv) {
         }
         if (eval_cmd->parsed()) {
 #ifdef CODAGPT_HAVE_TOKENIZER
-            if (!eval_opt.hellaswag.empty()) {
-                const auto tok = std::make_shared<const Tokenizer>(Tokenizer::load(find_tokenizer_dir()));
-                eval_opt.encode = [tok](const std::string& text) { return tok->encode(text); };
-            }
+            // Loaded at the first text to encode (HellaSwag's), so that eval runs without the files otherwise.
+            auto tok = std::make_shared<std::unique_ptr<const Tokenizer>>();
+            eval_opt.encode = [tok](const std::string& text) {
+                if (!*tok) *tok = std::make_unique<const Tokenizer>(Tokenizer::load(find_tokenizer_dir()));
+                return (*tok)->encode(text);
+            };
 #endif
             const EvalResult r = run_eval(eval_opt);
             const TrainConfig& c = r.config;

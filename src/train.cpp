@@ -678,9 +678,9 @@ EvalResult run_eval(const EvalOptions& opt) {
         throw Error("eval: the options contradict the model of " + opt.weights + ": " + diff +
                     " (its shape comes from the weights: leave those keys out)");
     std::vector<ChoiceItem> hellaswag;
-    if (!opt.hellaswag.empty()) {
-        if (!opt.encode) throw Error("--hellaswag needs the GPT-2 tokenizer, which this build lacks");
-        hellaswag = read_hellaswag(opt.hellaswag, opt.encode, opt.hellaswag_limit);
+    if (!cfg.hellaswag_data.empty()) {
+        if (!opt.encode) throw Error("hellaswag_data: this build has no tokenizer to encode it");
+        hellaswag = read_hellaswag(cfg.hellaswag_data, opt.encode, cfg.hellaswag_items);
         check_choices(hellaswag, cfg.seq_len, cfg.model.vocab_size);  // before anything runs
     }
 

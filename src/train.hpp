@@ -77,10 +77,9 @@ struct EvalOptions {
     std::string device = "auto";         // auto | cpu | cuda
     std::string fusion = "auto";         // GPU path: coda, unfused, or auto
     bool all = false;                    // every window of the validation data instead of eval_batches
-    // HellaSwag (choice_eval.hpp): its jsonl file, scored too where set; at most this many items (0: all)
-    std::string hellaswag;
-    size_t hellaswag_limit = 0;
-    std::function<std::vector<int>(const std::string&)> encode;  // the GPT-2 tokenizer; needed for hellaswag
+    // The GPT-2 tokenizer, for the config's hellaswag_data (HellaSwag is scored too where it is set,
+    // as at a training run's evaluations); empty in builds without one.
+    std::function<std::vector<int>(const std::string&)> encode;
 };
 struct EvalResult {
     double val_loss = 0;  // mean over the batches of each batch's mean token loss

@@ -49,7 +49,7 @@ expect_error "--stop-after: must be >= 0, got -1 (see --help)" train --stop-afte
 if "$bin" sample --help > /dev/null 2>&1; then  # builds with the tokenizer
   expect_error "--temperature: must be >= 0, got -0.5 (see --help)" sample --checkpoint x --temperature -0.5
   expect_error "--top-k: expected a number, got many" sample --checkpoint x --top-k many
-  expect_error "cannot open HellaSwag file /nonexistent/hs.jsonl" eval --device cpu --checkpoint "$narrow" --hellaswag /nonexistent/hs.jsonl
+  expect_error "cannot open HellaSwag file /nonexistent/hs.jsonl" eval --device cpu --checkpoint "$narrow" --hellaswag_data /nonexistent/hs.jsonl
 fi
 expect_error "sample_every: must be >= 0" train --sample_every -1
 expect_error "sample_every: expected an integer" train --sample_every often

@@ -195,19 +195,21 @@ TEST(ChoiceScoring, ATrainedModelPicksTheContinuationItLearned) {
     EvalOptions e;
     e.weights = ckpt;
     e.device = "cpu";
-    e.hellaswag = synth.dir.write("hs.jsonl", text);
-    EXPECT_TRUE(mentions(error_of([&] { run_eval(e); }), "--hellaswag needs the GPT-2 tokenizer"));
+    const std::string path = synth.dir.write("hs.jsonl", text);
+    e.overrides = {"hellaswag_data=" + path};
+    EXPECT_TRUE(mentions(error_of([&] { run_eval(e); }), "hellaswag_data: this build has no tokenizer"));
     e.encode = encode;
     const EvalResult r = run_eval(e);
     ASSERT_TRUE(r.hellaswag.has_value());
     const ChoiceScore direct =
-        score_choices(*model, cfg.batch_size, cfg.seq_len, 256, read_hellaswag(e.hellaswag, encode));
+        score_choices(*model, cfg.batch_size, cfg.seq_len, 256, read_hellaswag(path, encode));
     EXPECT_EQ(r.hellaswag->items, 3u);
     EXPECT_EQ(r.hellaswag->correct_mean, direct.correct_mean);
     EXPECT_EQ(r.hellaswag->correct_sum, direct.correct_sum);
     // Items that cannot be scored are refused before anything runs.
-    e.hellaswag = synth.dir.write("long.jsonl", nlohmann::json{{"ctx", "a"}, {"endings", {std::string(17, 'b')}},
-                                                               {"label", 0}}.dump());
+    e.overrides = {"hellaswag_data=" + synth.dir.write("long.jsonl", nlohmann::json{{"ctx", "a"},
+                                                                                    {"endings", {std::string(17, 'b')}},
+                                                                                    {"label", 0}}.dump())};
     EXPECT_TRUE(mentions(error_of([&] { run_eval(e); }), "ending 1 of 18 tokens does not fit seq_len 16"));
 }
 
@@ -247,11 +249,20 @@ TEST(ChoiceScoring, TrainingScoresHellaSwagAtEachEvaluation) {
             }
         }
     };
+    cfg.ckpt_every = 100;
     std::vector<double> losses, acc_norm, plain_losses, none;
     losses_and_acc(losses, acc_norm);
     ASSERT_EQ(acc_norm.size(), 3u);  // steps 0, 50, 100
     EXPECT_GE(acc_norm.back(), 0.9);
     EXPECT_LT(acc_norm.front(), acc_norm.back());
+    // `codagpt eval` of the last checkpoint scores the run's items as its last evaluation did.
+    EvalOptions e;
+    e.weights = checkpoint_path(cfg.out_dir, 100);
+    e.device = "cpu";
+    e.encode = opt.sample_text().encode;
+    const EvalResult r = run_eval(e);
+    ASSERT_TRUE(r.hellaswag.has_value());
+    EXPECT_EQ(double(r.hellaswag->correct_mean) / r.hellaswag->items, acc_norm.back());
     cfg.hellaswag_data.clear();
     cfg.out_dir += "_plain";
     losses_and_acc(plain_losses, none);
