@@ -56,6 +56,9 @@ void check_choices(const std::vector<ChoiceItem>& items, int T, int vocab) {
         const ChoiceItem& item = items[i];
         const std::string which = "multiple-choice item " + std::to_string(i + 1);
         if (item.context.empty()) throw Error(which + ": empty context");
+        if (item.label < 0 || item.label >= (int)item.endings.size())
+            throw Error(which + ": label " + std::to_string(item.label) + " is not the index of one of its " +
+                        std::to_string(item.endings.size()) + " endings");
         check_ids(which, item.context);
         for (size_t e = 0; e < item.endings.size(); e++) {
             const std::vector<int>& ending = item.endings[e];

@@ -32,7 +32,8 @@ struct ChoiceScore {
 };
 
 // Throws Error naming the first item that rows of T positions cannot score: an empty context or
-// ending, an ending too long to follow one context token, a token id outside [0, vocab).
+// ending, a label that is not an ending's index, an ending too long to follow one context token, a
+// token id outside [0, vocab).
 void check_choices(const std::vector<ChoiceItem>& items, int T, int vocab);
 
 // Scores `items` with `model`, whose micro-batches are B rows of T positions: each ending is a row

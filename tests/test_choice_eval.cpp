@@ -92,6 +92,8 @@ TEST(ChoiceScoring, RefusesWhatCannotBeScored) {
     auto refusal = [&](const ChoiceItem& item) { return error_of([&] { score_choices(model, 4, 8, 100, {item}); }); };
     EXPECT_TRUE(mentions(refusal({{}, {{1}}, 0}), "item 1: empty context"));
     EXPECT_TRUE(mentions(refusal({{1}, {{1}, {}}, 0}), "item 1: ending 2 is empty"));
+    EXPECT_TRUE(mentions(refusal({{1}, {}, 0}), "item 1: label 0 is not the index of one of its 0 endings"));
+    EXPECT_TRUE(mentions(refusal({{1}, {{1}, {2}}, 2}), "label 2 is not the index"));
     EXPECT_TRUE(mentions(refusal({{1}, {std::vector<int>(9, 1)}, 0}), "ending 1 of 9 tokens does not fit seq_len 8"));
     EXPECT_TRUE(mentions(refusal({{1}, {{100}}, 0}), "token id 100 outside the vocabulary of 100"));
     EXPECT_NO_THROW(score_choices(model, 4, 8, 100, {{{1}, {std::vector<int>(8, 1)}, 0}}));  // T = 8 fits
