@@ -9,7 +9,6 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 size=1115394
 sha256=86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed
-what="has the wrong size or checksum"
 
 sha256_of() {
   if command -v sha256sum >/dev/null 2>&1; then sha256sum "$1"; else shasum -a 256 "$1"; fi | cut -d' ' -f1
@@ -20,4 +19,5 @@ good() {  # good FILE: the expected size and checksum
 
 source "$root/scripts/fetch_file.sh"
 fetch_file "$root/data/tinyshakespeare.txt" \
-  https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt get_data
+  https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt get_data \
+  "has the wrong size or checksum"

@@ -1,6 +1,7 @@
 // Multiple-choice evaluation, as llm.c and build-nanogpt run HellaSwag ("completion style"): each
 // item is a context and candidate endings; the model's loss on each ending's tokens, given the
-// context, ranks the endings. `codagpt eval --hellaswag FILE` (train.hpp's run_eval).
+// context, ranks the endings. The config key hellaswag_data: at a training run's evaluations and in
+// `codagpt eval` (train.hpp).
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -29,6 +30,8 @@ struct ChoiceScore {
     size_t correct_sum = 0;   // items whose ending of lowest summed loss is the right one ("acc")
     size_t correct_mean = 0;  // ... of lowest mean loss a token ("acc_norm", llm.c's HellaSwag figure)
     size_t cut = 0;           // items with a context cut from the left to fit seq_len
+    double acc_norm() const { return double(correct_mean) / items; }
+    double acc() const { return double(correct_sum) / items; }
 };
 
 // Throws Error naming the first item that rows of T positions cannot score: an empty context or

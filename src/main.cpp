@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -189,36 +190,33 @@ int main(int argc, char** argv) {
         ->allow_extra_args(false);  // one comma-separated word, so run directories after it stay run directories
 
     CLI11_PARSE(app, argc, argv);
+    // The GPT-2 tokenizer as text for train (samples, HellaSwag) and eval (HellaSwag): loaded where a
+    // run needs it, so that runs without text need no tokenizer files. Empty without the tokenizer.
+    std::function<SampleText()> gpt2_text;
+#ifdef CODAGPT_HAVE_TOKENIZER
+    gpt2_text = [] {
+        std::shared_ptr<const Tokenizer> tok;
+        try {
+            tok = std::make_shared<const Tokenizer>(Tokenizer::load(find_tokenizer_dir()));
+        } catch (const Error& e) {
+            throw Error(std::string("samples (sample_every) and HellaSwag (hellaswag_data) need the GPT-2 "
+                                    "tokenizer: ") +
+                        e.what() + " (or set sample_every 0 and no hellaswag_data)");
+        }
+        return SampleText{[tok](const std::string& text) { return tok->encode(text); },
+                          [tok](const std::vector<int>& ids) { return tok->decode(ids); }};
+    };
+#endif
     try {
         if (train->parsed()) {
             TrainConfig cfg = load_config(config_name);
             apply_overrides(cfg, overrides);
             train_opt.command = join_command(argc, argv);
-#ifdef CODAGPT_HAVE_TOKENIZER
-            train_opt.sample_text = [] {
-                std::shared_ptr<const Tokenizer> tok;
-                try {
-                    tok = std::make_shared<const Tokenizer>(Tokenizer::load(find_tokenizer_dir()));
-                } catch (const Error& e) {
-                    throw Error(std::string("samples (sample_every) and HellaSwag (hellaswag_data) during training "
-                                            "need the GPT-2 tokenizer: ") +
-                                e.what() + " (or train with --sample_every 0 and no hellaswag_data)");
-                }
-                return SampleText{[tok](const std::string& text) { return tok->encode(text); },
-                                  [tok](const std::vector<int>& ids) { return tok->decode(ids); }};
-            };
-#endif
+            train_opt.sample_text = gpt2_text;
             return run_train(cfg, train_opt);
         }
         if (eval_cmd->parsed()) {
-#ifdef CODAGPT_HAVE_TOKENIZER
-            // Loaded at the first text to encode (HellaSwag's), so that eval runs without the files otherwise.
-            auto tok = std::make_shared<std::unique_ptr<const Tokenizer>>();
-            eval_opt.encode = [tok](const std::string& text) {
-                if (!*tok) *tok = std::make_unique<const Tokenizer>(Tokenizer::load(find_tokenizer_dir()));
-                return (*tok)->encode(text);
-            };
-#endif
+            eval_opt.sample_text = gpt2_text;
             const EvalResult r = run_eval(eval_opt);
             const TrainConfig& c = r.config;
             const long tokens = (long)r.batches * c.batch_size * c.seq_len;
@@ -229,9 +227,8 @@ int main(int argc, char** argv) {
                                     {"batch_size", c.batch_size}, {"seq_len", c.seq_len}, {"tokens", tokens},
                                     {"val_data", c.val_data}, {"backend", r.backend}, {"seconds", r.seconds}};
                 if (h)
-                    j["hellaswag"] = {{"items", h->items}, {"acc_norm", double(h->correct_mean) / h->items},
-                                      {"acc", double(h->correct_sum) / h->items}, {"contexts_cut", h->cut},
-                                      {"seconds", r.hellaswag_seconds}};
+                    j["hellaswag"] = {{"items", h->items}, {"acc_norm", h->acc_norm()}, {"acc", h->acc()},
+                                      {"contexts_cut", h->cut}, {"seconds", r.hellaswag_seconds}};
                 std::printf("%s\n", j.dump().c_str());
             } else {
                 std::printf("val loss %.4f | perplexity %.2f | %d batches of %d x %d = %ld tokens of %s | %s | "
@@ -241,8 +238,7 @@ int main(int argc, char** argv) {
                 if (h)
                     std::printf("hellaswag acc_norm %.4f | acc %.4f | %zu items, %zu contexts cut to seq_len %d | "
                                 "%.1f s\n",
-                                double(h->correct_mean) / h->items, double(h->correct_sum) / h->items, h->items, h->cut,
-                                c.seq_len, r.hellaswag_seconds);
+                                h->acc_norm(), h->acc(), h->items, h->cut, c.seq_len, r.hellaswag_seconds);
             }
             return 0;
         }

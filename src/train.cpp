@@ -194,6 +194,16 @@ double evaluate(TrainBackend& model, DataLoader& val, int eval_batches, std::vec
     return sum_over_ranks(dp, {sum / n})[0] / (dp ? dp->world_size() : 1);
 }
 
+// The items of the config's hellaswag_data (none where it is empty), read with the tokenizer of
+// `text` and checked against micro-batches of cfg's seq_len before anything runs.
+std::vector<ChoiceItem> configured_hellaswag(const TrainConfig& cfg, const SampleText& text) {
+    if (cfg.hellaswag_data.empty()) return {};
+    if (!text.encode) throw Error("hellaswag_data: this build has no tokenizer to encode it");
+    std::vector<ChoiceItem> items = read_hellaswag(cfg.hellaswag_data, text.encode, cfg.hellaswag_items);
+    check_choices(items, cfg.seq_len, cfg.model.vocab_size);
+    return items;
+}
+
 // "1h02m", "3m07s", "12s": what is left of the run, for the live line.
 std::string duration_text(double seconds) {
     const long s = std::lround(std::max(0.0, seconds));
@@ -300,12 +310,10 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // This rank's share of the HellaSwag items (every ranks-th from its own), scored at each evaluation.
     std::vector<ChoiceItem> hellaswag;
     size_t hellaswag_total = 0;
-    if (!cfg.hellaswag_data.empty()) {
-        if (!text.encode) throw Error("hellaswag_data: this build has no tokenizer to encode it");
-        const std::vector<ChoiceItem> all = read_hellaswag(cfg.hellaswag_data, text.encode, cfg.hellaswag_items);
-        check_choices(all, T, mc.vocab_size);
-        for (size_t i = dist.rank; i < all.size(); i += ranks) hellaswag.push_back(all[i]);
+    {
+        std::vector<ChoiceItem> all = configured_hellaswag(cfg, text);
         hellaswag_total = all.size();
+        for (size_t i = dist.rank; i < all.size(); i += ranks) hellaswag.push_back(std::move(all[i]));
     }
 
     // ---- model and optimizer on the chosen device (weights, moments and step from the checkpoint;
@@ -373,10 +381,13 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             const ChoiceScore s = score_choices(*model, B, T, mc.vocab_size, hellaswag);
             const std::vector<double> correct =
                 sum_over_ranks(dp.get(), {double(s.correct_mean), double(s.correct_sum)});  // every rank's items
-            const double acc_norm = correct[0] / hellaswag_total;
-            line["hellaswag_acc_norm"] = acc_norm;
-            line["hellaswag_acc"] = correct[1] / hellaswag_total;
-            std::snprintf(hellaswag_text, sizeof hellaswag_text, " | hellaswag acc_norm %.4f", acc_norm);
+            ChoiceScore all;
+            all.items = hellaswag_total;
+            all.correct_mean = (size_t)correct[0];
+            all.correct_sum = (size_t)correct[1];
+            line["hellaswag_acc_norm"] = all.acc_norm();
+            line["hellaswag_acc"] = all.acc();
+            std::snprintf(hellaswag_text, sizeof hellaswag_text, " | hellaswag acc_norm %.4f", all.acc_norm());
         }
         clear_live();
         if (lead) std::printf("step %5d/%d | val loss %.4f%s\n", step, cfg.steps, val_loss, hellaswag_text);
@@ -677,12 +688,8 @@ EvalResult run_eval(const EvalOptions& opt) {
     if (!diff.empty())
         throw Error("eval: the options contradict the model of " + opt.weights + ": " + diff +
                     " (its shape comes from the weights: leave those keys out)");
-    std::vector<ChoiceItem> hellaswag;
-    if (!cfg.hellaswag_data.empty()) {
-        if (!opt.encode) throw Error("hellaswag_data: this build has no tokenizer to encode it");
-        hellaswag = read_hellaswag(cfg.hellaswag_data, opt.encode, cfg.hellaswag_items);
-        check_choices(hellaswag, cfg.seq_len, cfg.model.vocab_size);  // before anything runs
-    }
+    const std::vector<ChoiceItem> hellaswag =
+        configured_hellaswag(cfg, !cfg.hellaswag_data.empty() && opt.sample_text ? opt.sample_text() : SampleText{});
 
     DataLoader val(cfg.val_data, cfg.batch_size, cfg.seq_len, 0, 1, /*shuffle=*/false, cfg.seed, cfg.model.vocab_size);
     r.batches = opt.all ? (int)val.windows_per_rank() : (int)std::min<size_t>(cfg.eval_batches, val.windows_per_rank());

@@ -77,9 +77,9 @@ struct EvalOptions {
     std::string device = "auto";         // auto | cpu | cuda
     std::string fusion = "auto";         // GPU path: coda, unfused, or auto
     bool all = false;                    // every window of the validation data instead of eval_batches
-    // The GPT-2 tokenizer, for the config's hellaswag_data (HellaSwag is scored too where it is set,
-    // as at a training run's evaluations); empty in builds without one.
-    std::function<std::vector<int>(const std::string&)> encode;
+    // As TrainOptions::sample_text, called where the config names hellaswag_data (HellaSwag is then
+    // scored too, as at a training run's evaluations); empty in builds without a tokenizer.
+    std::function<SampleText()> sample_text;
 };
 struct EvalResult {
     double val_loss = 0;  // mean over the batches of each batch's mean token loss

@@ -188,7 +188,7 @@ TEST(ChoiceScoring, ATrainedModelPicksTheContinuationItLearned) {
     const ChoiceScore wrong = score_choices(*model, cfg.batch_size, cfg.seq_len, 256, items);
     EXPECT_LE(wrong.correct_mean, 4u);
 
-    // `codagpt eval --hellaswag`: the file read with the encoder given and scored by the checkpoint's
+    // `codagpt eval` with hellaswag_data: the file read with the encoder given and scored by the checkpoint's
     // model and shape: the scores of those items scored here.
     auto encode = [](const std::string& s) { return std::vector<int>(s.begin(), s.end()); };
     std::string text;
@@ -200,7 +200,7 @@ TEST(ChoiceScoring, ATrainedModelPicksTheContinuationItLearned) {
     const std::string path = synth.dir.write("hs.jsonl", text);
     e.overrides = {"hellaswag_data=" + path};
     EXPECT_TRUE(mentions(error_of([&] { run_eval(e); }), "hellaswag_data: this build has no tokenizer"));
-    e.encode = encode;
+    e.sample_text = [&] { return SampleText{encode, nullptr}; };
     const EvalResult r = run_eval(e);
     ASSERT_TRUE(r.hellaswag.has_value());
     const ChoiceScore direct =
@@ -261,7 +261,7 @@ TEST(ChoiceScoring, TrainingScoresHellaSwagAtEachEvaluation) {
     EvalOptions e;
     e.weights = checkpoint_path(cfg.out_dir, 100);
     e.device = "cpu";
-    e.encode = opt.sample_text().encode;
+    e.sample_text = opt.sample_text;
     const EvalResult r = run_eval(e);
     ASSERT_TRUE(r.hellaswag.has_value());
     EXPECT_EQ(double(r.hellaswag->correct_mean) / r.hellaswag->items, acc_norm.back());
