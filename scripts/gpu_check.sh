@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: runs the GPU tests and/or the training benchmarks from a folder made by
-# scripts/device_pack.sh. Everything lands in three files under $OUT (default ./gpu_out):
-# tests.log, bench.log and train_bench.json (benchmark records, bench/results format).
+# scripts/device_pack.sh. Everything lands under $OUT (default ./gpu_out): tests.log, bench.log and
+# train_bench.json (benchmark records, bench/results format), and each mode's own files below.
 #   bash scripts/gpu_check.sh DIR tests      every GPU test binary
 #   bash scripts/gpu_check.sh DIR bench      350M and 1.5B at B=16, T=1024: codagpt (each --recompute
 #                                            mode) and the PyTorch peer (eager and compiled)
@@ -19,6 +19,11 @@
 #                                            parity_{coda,unfused}_{b16,accum2,seedS}.jsonl,
 #                                            parity_coda_tile.jsonl (the runs' metrics) and
 #                                            parity.json (a parity record)
+#   bash scripts/gpu_check.sh DIR eval       EVAL_MODEL (default gpt2-350m), 16 steps with a checkpoint,
+#                                            each path; `codagpt eval` of each checkpoint on each path:
+#                                            eval.log, and a failure line where eval on the run's own
+#                                            path does not give the run's last logged validation loss
+#                                            (and HellaSwag accuracies, with HELLASWAG=FILE) bit for bit
 #   bash scripts/gpu_check.sh DIR all        tests and bench
 # STEPS (default 30) sets the benchmark's steps; PEER_COMPILE="0 1" (default) which peer modes run.
 set -uo pipefail
@@ -77,6 +82,38 @@ if [[ $what == trace ]]; then
       summary+=("$name: $(grep -E 'kernels of step|error' "$runs/$name.log")")
       summary+=("$(grep -A12 'kernels of step' "$runs/$name.log" | tail -12)")
       summary+=("$(grep 'all kernels' "$runs/$name.log")")
+    done
+  done
+fi
+
+if [[ $what == eval ]]; then
+  model=${EVAL_MODEL:-gpt2-350m}
+  hs=(); [[ -n ${HELLASWAG:-} ]] && hs=(--hellaswag_data "$HELLASWAG")
+  for fusion in coda unfused; do
+    run=$runs/eval-$fusion
+    "$dir/codagpt" train --config "$dir/configs/$model.json" --device cuda --fusion $fusion --steps 16 \
+      --train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" --eval_every 8 --eval_batches 4 \
+      --ckpt_every 16 --log_every 8 --quiet --out_dir "$run" "${hs[@]}" >> "$out/eval.log" 2>&1
+    logged=$(grep '"val_loss"' "$run/metrics.jsonl" | tail -1)
+    for path in coda unfused; do
+      "$dir/codagpt" eval --checkpoint "$run/ckpt_16.bin" --device cuda --fusion $path --json > "$run/eval_$path.json" 2>> "$out/eval.log"
+      line=$(python3 - "$logged" "$run/eval_$path.json" "$fusion" "$path" <<'PY'
+import json, sys
+fusion, path = sys.argv[3], sys.argv[4]
+try:
+    logged, ev = json.loads(sys.argv[1]), json.load(open(sys.argv[2]))
+except (ValueError, OSError):
+    sys.exit(print(f"eval of the {fusion} run's checkpoint on {path}: FAILED, no result (see eval.log)"))
+same = ev["val_loss"] == logged["val_loss"] and (
+    "hellaswag" not in ev or (ev["hellaswag"]["acc_norm"] == logged["hellaswag_acc_norm"]
+                              and ev["hellaswag"]["acc"] == logged["hellaswag_acc"]))
+hs = f', HellaSwag acc_norm {ev["hellaswag"]["acc_norm"]}' if "hellaswag" in ev else ""
+verdict = "" if fusion != path else (" (the logged value, bit for bit)" if same else " FAILED: the run logged " + repr(logged["val_loss"]))
+print(f"eval of the {fusion} run's checkpoint on {path}: val loss {ev['val_loss']!r}{hs}{verdict}")
+PY
+)
+      echo "$line" >> "$out/eval.log"
+      summary+=("$line")
     done
   done
 fi

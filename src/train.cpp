@@ -682,7 +682,7 @@ EvalResult run_eval(const EvalOptions& opt) {
         apply_overrides(cfg, opt.overrides);
         validate(cfg);
     } catch (const Error& e) {
-        throw Error(std::string(e.what()) + " (the model keys are those of " + opt.weights + ")");
+        throw Error(std::string(e.what()) + " (evaluating " + opt.weights + ", whose weights set the model keys)");
     }
     const std::string diff = model_differences(w.config, cfg.model);
     if (!diff.empty())

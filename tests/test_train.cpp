@@ -317,6 +317,10 @@ TEST_F(TrainRun, EvalOfACheckpointIsTheRunsValidationLoss) {
     e.overrides = {"n_embd=64"};
     const std::string msg = error_of([&] { run_eval(e); });
     EXPECT_TRUE(mentions(msg, "n_embd 32 (config 64)")) << msg;
+    // A bad key names itself and the weights evaluated.
+    e.overrides = {"eval_batches=0"};
+    const std::string bad = error_of([&] { run_eval(e); });
+    EXPECT_TRUE(mentions(bad, "eval_batches: must be >= 1") && mentions(bad, "evaluating " + e.weights)) << bad;
     e.overrides = {};
     e.weights = synth.dir.write("junk.bin", "not a model");
     EXPECT_TRUE(mentions(error_of([&] { run_eval(e); }), "junk.bin"));
