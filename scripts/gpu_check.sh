@@ -28,6 +28,7 @@
 # STEPS (default 30) sets the benchmark's steps; PEER_COMPILE="0 1" (default) which peer modes run.
 set -uo pipefail
 dir=$1; what=${2:-tests}
+shards=(--train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin")  # the prepared TinyShakespeare
 out=${OUT:-gpu_out}; mkdir -p "$out"
 runs=$(mktemp -d)
 # cuBLASLt, cuDNN and NCCL where the GPU machine keeps them (../shared/DEVICE.md); DIR: carried libraries
@@ -48,7 +49,7 @@ if [[ $what == tests || $what == all ]]; then
 fi
 
 if [[ $what == bench || $what == all ]]; then
-  data=(--train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" --eval_every 0 --eval_batches 1)
+  data=("${shards[@]}" --eval_every 0 --eval_batches 1)
   json=$out/train_bench.json
   for model in gpt2-350m gpt2-1.5b; do
     for recompute in none gelu mlp; do
@@ -77,7 +78,7 @@ if [[ $what == trace ]]; then
     for fusion in coda unfused; do
       name=trace_${fusion}_${model#gpt2-}
       "$dir/codagpt" train --config "$dir/configs/$model.json" --device cuda --fusion $fusion --steps 3 --quiet \
-        --train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" --eval_every 0 --eval_batches 1 \
+        "${shards[@]}" --eval_every 0 --eval_batches 1 \
         --out_dir "$runs/$name" --trace-kernels "$out/$name.txt" > "$runs/$name.log" 2>&1
       summary+=("$name: $(grep -E 'kernels of step|error' "$runs/$name.log")")
       summary+=("$(grep -A12 'kernels of step' "$runs/$name.log" | tail -12)")
@@ -92,7 +93,7 @@ if [[ $what == eval ]]; then
   for fusion in coda unfused; do
     run=$runs/eval-$fusion
     "$dir/codagpt" train --config "$dir/configs/$model.json" --device cuda --fusion $fusion --steps 16 \
-      --train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" --eval_every 8 --eval_batches 4 \
+      "${shards[@]}" --eval_every 8 --eval_batches 4 \
       --ckpt_every 16 --log_every 8 --quiet --out_dir "$run" "${hs[@]}" >> "$out/eval.log" 2>&1
     logged=$(grep '"val_loss"' "$run/metrics.jsonl" | tail -1)
     for path in coda unfused; do
@@ -127,7 +128,7 @@ if [[ $what == parity ]]; then
   parity_run() {  # fusion, run name, extra train options...
     local fusion=$1 run=$2; shift 2
     "$dir/codagpt" train --config "$dir/configs/gpt2-350m.json" --device cuda --fusion $fusion "$@" \
-      --steps "${PARITY_STEPS:-300}" --train_data "$dir/data/train_*.bin" --val_data "$dir/data/val_*.bin" \
+      --steps "${PARITY_STEPS:-300}" "${shards[@]}" \
       --eval_every 50 --eval_batches 8 --log_every 50 --quiet --out_dir "$runs/parity-$fusion-$run" > "$runs/parity-$fusion-$run.log" 2>&1
     cp "$runs/parity-$fusion-$run/metrics.jsonl" "$out/parity_${fusion}_$run.jsonl" 2>/dev/null
     summary+=("parity $fusion $run: $(grep -E '^done|error' "$runs/parity-$fusion-$run.log")")
