@@ -95,22 +95,24 @@ if [[ $what == eval ]]; then
     "$dir/codagpt" train --config "$dir/configs/$model.json" --device cuda --fusion $fusion --steps 16 \
       "${shards[@]}" --eval_every 8 --eval_batches 4 \
       --ckpt_every 16 --log_every 8 --quiet --out_dir "$run" "${hs[@]}" >> "$out/eval.log" 2>&1
-    logged=$(grep '"val_loss"' "$run/metrics.jsonl" | tail -1)
     for path in coda unfused; do
       "$dir/codagpt" eval --checkpoint "$run/ckpt_16.bin" --device cuda --fusion $path --json > "$run/eval_$path.json" 2>> "$out/eval.log"
-      line=$(python3 - "$logged" "$run/eval_$path.json" "$fusion" "$path" <<'PY'
+      line=$(python3 - "$run/metrics.jsonl" "$run/eval_$path.json" "$fusion" "$path" <<'PY'
 import json, sys
 fusion, path = sys.argv[3], sys.argv[4]
-try:
-    logged, ev = json.loads(sys.argv[1]), json.load(open(sys.argv[2]))
-except (ValueError, OSError):
+try:  # the run's last validation line, and eval's result
+    logged = [json.loads(l) for l in open(sys.argv[1]) if '"val_loss"' in l][-1]
+    ev = json.load(open(sys.argv[2]))
+    val = ev["val_loss"]
+except (ValueError, OSError, IndexError, KeyError):
     sys.exit(print(f"eval of the {fusion} run's checkpoint on {path}: FAILED, no result (see eval.log)"))
-same = ev["val_loss"] == logged["val_loss"] and (
-    "hellaswag" not in ev or (ev["hellaswag"]["acc_norm"] == logged["hellaswag_acc_norm"]
-                              and ev["hellaswag"]["acc"] == logged["hellaswag_acc"]))
-hs = f', HellaSwag acc_norm {ev["hellaswag"]["acc_norm"]}' if "hellaswag" in ev else ""
-verdict = "" if fusion != path else (" (the logged value, bit for bit)" if same else " FAILED: the run logged " + repr(logged["val_loss"]))
-print(f"eval of the {fusion} run's checkpoint on {path}: val loss {ev['val_loss']!r}{hs}{verdict}")
+hs = ev.get("hellaswag", {})  # both sides have HellaSwag, or neither
+same = val == logged["val_loss"] and all(hs.get(k) == logged.get("hellaswag_" + k) for k in ("acc_norm", "acc"))
+def shown(loss, acc_norm, acc):
+    return f"val loss {loss!r}" + ("" if acc_norm is None else f", HellaSwag acc_norm {acc_norm} acc {acc}")
+logged_shown = shown(logged["val_loss"], logged.get("hellaswag_acc_norm"), logged.get("hellaswag_acc"))
+verdict = "" if fusion != path else (" (the logged value, bit for bit)" if same else " FAILED: the run logged " + logged_shown)
+print(f"eval of the {fusion} run's checkpoint on {path}: {shown(val, hs.get('acc_norm'), hs.get('acc'))}{verdict}")
 PY
 )
       echo "$line" >> "$out/eval.log"
