@@ -1,11 +1,12 @@
 // The CODA GEMM engine's Hopper mainloop against cuBLASLt on every GEMM shape of one GPT-2
 // training step (350M and 1.5B at B*T = 16384 tokens, forward, dX and dW, LM head) and the C=4096
-// forward shapes; then each fused epilogue program of coda_programs.cuh on its natural 1.5B shape
-// against the plain GEMM of that shape; then the passes without a GEMM (QkvGradient at 350M and
-// 1.5B, CrossEntropyGradient) against a device-to-device copy of the bytes they must move.
+// forward shapes; then each fused epilogue program of coda_programs.cuh on its natural shape of
+// one model (--model: 1.5B by default, or 350M) against the plain GEMM of that shape; then the
+// passes without a GEMM (QkvGradient at 350M and 1.5B, CrossEntropyGradient) against a
+// device-to-device copy of the bytes they must move.
 //
-//   bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING] [--no-fused] [--energy SECONDS]
-//   bench_gemm --ablate [--json FILE] [--reps N]
+//   bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING] [--no-fused] [--energy SECONDS] [--model M]
+//   bench_gemm --ablate [--json FILE] [--reps N] [--model M]
 //
 // Each shape: a correctness check against cuBLASLt's output (relative Frobenius error, our
 // output poisoned with NaN first), then --reps timed rounds (CUDA events, after warm-up), each
@@ -19,12 +20,15 @@
 // paired_ratio) to --json.
 // --energy S: the GPU draws up to its power limit under long GEMM runs (the H200 caps at 700 W,
 // and the trainer runs there), so the short timed rounds above need not rank the contenders as a
-// training step does. With --energy each 1.5B shape also runs each contender back to back for
+// training step does. With --energy each shape of --model's model also runs each contender back to back for
 // about S seconds after a quarter of that as warm-up, and reads the GPU's energy counter (NVML)
 // around the run: ms a call, joules a call, mean watts. Contenders: cuBLASLt and our plan (with
 // --sweep every tile configuration) for the plain shapes; for the fused programs cuBLASLt's plain
 // GEMM, our plain GEMM and the program, each program on every tile configuration with --sweep.
 // Records of program "...:energy" carry ours_ms / ours_j / ours_w and the same of the reference.
+// --model 350m|1.5b (default 1.5b): the model whose shapes the fused programs, --ablate and --energy
+// run; at 350M every forward GEMM and the LM head's have K = 1024, 0.64 times 1.5B's mainloop a
+// tile for the same epilogue.
 // --ablate instead times, for the programs above 1.08x their plain GEMM, what each part of the
 // program's element() adds: each rung of a ladder (Bench::ablation) on ping-pong 128 x 128 against
 // the plain GEMM on that tile, paired; records of program "ablate:<rung>".
@@ -174,11 +178,12 @@ struct Inputs {
     std::vector<const bf16*> a, b;  // rotating sets
 };
 
-// The 1.5B training shape a fused program is timed on (Bench::fused_programs and Bench::ablation).
-Shape fused_shape(const std::string& gemm) {
+// The training shape of `model` ("350m" or "1.5b") a fused program is timed on (Bench::fused_programs
+// and Bench::ablation).
+Shape fused_shape(const std::string& model, const std::string& gemm) {
     for (const Shape& s : training_shapes())
-        if (s.model == "1.5b" && s.name == gemm) return s;
-    throw Error("bench_gemm: no 1.5B shape " + gemm);
+        if (s.model == model && s.name == gemm) return s;
+    throw Error("bench_gemm: no " + model + " shape " + gemm);
 }
 
 GemmProblem problem(const Shape& s, const bf16* a, const bf16* b) {
@@ -309,6 +314,7 @@ struct Bench {
     Matmul mm;
     int reps = 30;
     bool sweep = false;
+    std::string model = "1.5b";  // --model: the fused programs', the ladders' and --energy's shapes
     std::string json, command, gpu;
     long l2_bytes = 0;
     std::vector<Row> plain_rows, fused_rows;
@@ -322,7 +328,7 @@ struct Bench {
     Sustained sustained(F&& f, double est_ms) {
         return bench::sustained(f, est_ms, energy_seconds, *meter);
     }
-    bool energy_for(const Shape& s) const { return meter && s.model == "1.5b"; }
+    bool energy_for(const Shape& s) const { return meter && s.model == model; }
     void print_energy(const char* what, const Sustained& e) {
         fprintf(log, "    energy %-26s %9.4f ms %8.4f J %5.0f W\n", what, e.ms, e.j, e.w);
         fflush(log);
@@ -472,7 +478,7 @@ struct Bench {
             else sm90::gemm(plain_store((bf16*)plain_out, s.N), prob, 0);
         };
         const PairedTimes t = paired_median_ms(run_plain, [&](int) { sm90::gemm(program, prob, 0); }, reps);
-        const std::string label = "1.5b " + s.name + " " + name;
+        const std::string label = s.model + " " + s.name + " " + name;
         fprintf(log, "%-36s %9.4f %9.4f %6.3f\n", label.c_str(), t.ms, t.ref_ms, t.ratio);
         fflush(log);
         fused_rows.push_back({label, t.ratio});
@@ -591,13 +597,13 @@ struct Bench {
     }
 
     void fused_programs() {
-        fused(fused_shape("qkv fwd"), "QkvForward", qkv_forward);
-        fused(fused_shape("proj fwd"), "ResidualForward", residual_forward);
-        fused(fused_shape("fcproj fwd"), "ResidualForward", residual_forward);
-        fused(fused_shape("fc fwd"), "FcForward", fc_forward);
-        fused(fused_shape("lmhead fwd"), "LmHeadForward", lm_head_forward);
-        fused(fused_shape("fcproj dX"), "GeluBackward", gelu_backward);  // dres Wp^T
-        fused(fused_shape("fc dX"), "LnBackwardX", ln_backward_x);
+        fused(fused_shape(model, "qkv fwd"), "QkvForward", qkv_forward);
+        fused(fused_shape(model, "proj fwd"), "ResidualForward", residual_forward);
+        fused(fused_shape(model, "fcproj fwd"), "ResidualForward", residual_forward);
+        fused(fused_shape(model, "fc fwd"), "FcForward", fc_forward);
+        fused(fused_shape(model, "lmhead fwd"), "LmHeadForward", lm_head_forward);
+        fused(fused_shape(model, "fcproj dX"), "GeluBackward", gelu_backward);  // dres Wp^T
+        fused(fused_shape(model, "fc dX"), "LnBackwardX", ln_backward_x);
     }
 
     // --ablate: each rung on ping-pong 128 x 128, the trainer's tile for these shapes, against our
@@ -624,7 +630,7 @@ struct Bench {
         using namespace ablation;
         const TileShape ts = sm90::detail::tile_shape_of(sm90::Tile::kPingPong128x128);
         auto ladder = [&](const std::string& gemm, auto&& rungs) {
-            const Shape s = fused_shape(gemm);
+            const Shape s = fused_shape(model, gemm);
             Buffers b;
             const GemmProblem p = filled_problem(b, s);
             bf16* plain_out = out_tile(b, p).p;
@@ -665,7 +671,7 @@ struct Bench {
     // the same bytes (`bytes`, read + written: what the pass must move), paired: the ratio, and the
     // pass's effective bandwidth over those bytes.
     template <class MakeProgram>
-    void pass_program(const std::string& model, const std::string& name, int M, int N, double bytes,
+    void pass_program(const std::string& shape_model, const std::string& name, int M, int N, double bytes,
                       MakeProgram make) {
         Buffers buf;
         const GemmProblem prob{M, N, 0, {}, {}};
@@ -678,18 +684,18 @@ struct Bench {
             [&](int) { CUDA_CHECK(cudaMemcpyAsync(dst, src, half, cudaMemcpyDeviceToDevice, 0)); },
             [&](int) { gemm(program, prob, 0); }, reps);
         const double tb_s = bytes / (t.ms * 1e-3) / 1e12;
-        fprintf(log, "%-36s %9.4f %9.4f %6.3f %6.2f\n", (model + " " + name).c_str(), t.ms, t.ref_ms, t.ratio, tb_s);
+        fprintf(log, "%-36s %9.4f %9.4f %6.3f %6.2f\n", (shape_model + " " + name).c_str(), t.ms, t.ref_ms, t.ratio, tb_s);
         fflush(log);
         // copy_ms: cudaMemcpyAsync of bytes / 2, in the same rounds
-        record(Shape{model, "pass", M, N, 0, false, false, false}, name, t, "copy_ms", "pass", NAN,
+        record(Shape{shape_model, "pass", M, N, 0, false, false, false}, name, t, "copy_ms", "pass", NAN,
                {{"bytes", bytes}, {"ours_tb_s", tb_s}});
     }
 
     void pass_programs() {
         const int T = kTokens;
-        for (auto [model, C] : {std::pair<const char*, int>{"350m", 1024}, {"1.5b", 1600}}) {
+        for (auto [size, C] : {std::pair<const char*, int>{"350m", 1024}, {"1.5b", 1600}}) {
             const int N = 3 * C;
-            pass_program(model, "QkvGradient", T, N, 2.0 * T * N * 2, [&](Buffers& b, const GemmProblem& p) {
+            pass_program(size, "QkvGradient", T, N, 2.0 * T * N * 2, [&](Buffers& b, const GemmProblem& p) {
                 QkvGradient<bf16> q;
                 q.dqkv = {act(b, (long)p.M * p.N, 71), Layout{p.N, false}};
                 q.qkv = {act(b, (long)p.M * p.N, 72), Layout{p.N, false}};
@@ -737,10 +743,13 @@ int run(int argc, char** argv) {
         else if (a == "--no-fused") fused = false;
         else if (a == "--energy") bench.energy_seconds = std::stod(next());
         else if (a == "--ablate") ablate = true;
+        else if (a == "--model") bench.model = next();
         else throw Error("bench_gemm: unknown option " + a +
                          " (usage: bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING] [--no-fused]"
-                         " [--energy SECONDS] [--ablate])");
+                         " [--energy SECONDS] [--model 350m|1.5b] [--ablate])");
     }
+    if (bench.model != "350m" && bench.model != "1.5b")
+        throw Error("bench_gemm: --model " + bench.model + ": not a model of the training shapes (350m, 1.5b)");
     if (bench.energy_seconds > 0) {
         bench.meter = GpuEnergy::open();
         if (!bench.meter) throw Error("bench_gemm: --energy needs NVML's energy counter (libnvidia-ml.so.1)");
@@ -757,7 +766,7 @@ int run(int argc, char** argv) {
     printf("%s, %d SMs, L2 %d MiB, reps %d (median)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
            bench.reps);
     if (ablate) {
-        printf("%-44s %9s %9s %6s\n", "rung on pp128x128 (1.5B shape)", "ms", "plain ms", "ratio");
+        printf("%-44s %9s %9s %6s\n", ("rung on pp128x128 (" + bench.model + " shape)").c_str(), "ms", "plain ms", "ratio");
         bench.ablation();
         return 0;
     }
@@ -766,7 +775,7 @@ int run(int argc, char** argv) {
     for (const Shape& s : training_shapes())
         if (only.empty() || (s.model + " " + s.name).find(only) != std::string::npos) bench.plain(s);
     if (fused) {
-        printf("\n%-36s %9s %9s %6s\n", "fused program (1.5B shape)", "ms", "plain ms", "ratio");
+        printf("\n%-36s %9s %9s %6s\n", ("fused program (" + bench.model + " shape)").c_str(), "ms", "plain ms", "ratio");
         bench.fused_programs();
         printf("\n%-36s %9s %9s %6s %6s\n", "pass without a GEMM", "ms", "copy ms", "ratio", "TB/s");
         bench.pass_programs();
