@@ -20,9 +20,9 @@
 // paired_ratio) to --json.
 // --energy S: the GPU draws up to its power limit under long GEMM runs (the H200 caps at 700 W,
 // and the trainer runs there), so the short timed rounds above need not rank the contenders as a
-// training step does. With --energy each shape of --model's model also runs each contender back to back for
-// about S seconds after a quarter of that as warm-up, and reads the GPU's energy counter (NVML)
-// around the run: ms a call, joules a call, mean watts. Contenders: cuBLASLt and our plan (with
+// training step does. With --energy each shape of --model's model also runs each contender back
+// to back for about S seconds after a quarter of that as warm-up, and reads the GPU's energy
+// counter (NVML) around the run: ms a call, joules a call, mean watts. Contenders: cuBLASLt and our plan (with
 // --sweep every tile configuration) for the plain shapes; for the fused programs cuBLASLt's plain
 // GEMM, our plain GEMM and the program, each program on every tile configuration with --sweep.
 // Records of program "...:energy" carry ours_ms / ours_j / ours_w and the same of the reference.
@@ -684,7 +684,8 @@ struct Bench {
             [&](int) { CUDA_CHECK(cudaMemcpyAsync(dst, src, half, cudaMemcpyDeviceToDevice, 0)); },
             [&](int) { gemm(program, prob, 0); }, reps);
         const double tb_s = bytes / (t.ms * 1e-3) / 1e12;
-        fprintf(log, "%-36s %9.4f %9.4f %6.3f %6.2f\n", (shape_model + " " + name).c_str(), t.ms, t.ref_ms, t.ratio, tb_s);
+        fprintf(log, "%-36s %9.4f %9.4f %6.3f %6.2f\n", (shape_model + " " + name).c_str(), t.ms, t.ref_ms, t.ratio,
+                tb_s);
         fflush(log);
         // copy_ms: cudaMemcpyAsync of bytes / 2, in the same rounds
         record(Shape{shape_model, "pass", M, N, 0, false, false, false}, name, t, "copy_ms", "pass", NAN,
@@ -766,7 +767,8 @@ int run(int argc, char** argv) {
     printf("%s, %d SMs, L2 %d MiB, reps %d (median)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
            bench.reps);
     if (ablate) {
-        printf("%-44s %9s %9s %6s\n", ("rung on pp128x128 (" + bench.model + " shape)").c_str(), "ms", "plain ms", "ratio");
+        const std::string title = "rung on pp128x128 (" + bench.model + " shape)";
+        printf("%-44s %9s %9s %6s\n", title.c_str(), "ms", "plain ms", "ratio");
         bench.ablation();
         return 0;
     }
@@ -775,7 +777,8 @@ int run(int argc, char** argv) {
     for (const Shape& s : training_shapes())
         if (only.empty() || (s.model + " " + s.name).find(only) != std::string::npos) bench.plain(s);
     if (fused) {
-        printf("\n%-36s %9s %9s %6s\n", ("fused program (" + bench.model + " shape)").c_str(), "ms", "plain ms", "ratio");
+        const std::string title = "fused program (" + bench.model + " shape)";
+        printf("\n%-36s %9s %9s %6s\n", title.c_str(), "ms", "plain ms", "ratio");
         bench.fused_programs();
         printf("\n%-36s %9s %9s %6s %6s\n", "pass without a GEMM", "ms", "copy ms", "ratio", "TB/s");
         bench.pass_programs();
