@@ -38,7 +38,9 @@ struct TargetIdLosses final : TrainBackend {
         for (int r = 0; r < B; r++)
             for (int t = 0; t < T; t++) {
                 const bool padding = in[r * T + t] == 0 && tgt[r * T + t] == 0;  // the items' ids are >= 1
-                if (t > 0 && !padding) EXPECT_EQ(in[r * T + t], tgt[r * T + t - 1]) << "row " << r << " position " << t;
+                if (t > 0 && !padding) {
+                    EXPECT_EQ(in[r * T + t], tgt[r * T + t - 1]) << "row " << r << " position " << t;
+                }
                 out[r * T + t] = float(tgt[r * T + t]);
             }
         return out;
