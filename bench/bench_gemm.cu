@@ -22,12 +22,13 @@
 // and the trainer runs there), so the short timed rounds above need not rank the contenders as a
 // training step does. With --energy each shape of --model's model also runs each contender back
 // to back for about S seconds after a quarter of that as warm-up, and reads the GPU's energy
-// counter (NVML) around the run: ms a call, joules a call, mean watts. Contenders: cuBLASLt and our plan (with
-// --sweep every tile configuration) for the plain shapes; for the fused programs cuBLASLt's plain
-// GEMM, our plain GEMM and the program, each program on every tile configuration with --sweep.
+// counter (NVML) around the run: ms a call, joules a call, mean watts. Contenders: cuBLASLt and
+// our plan (with --sweep every tile configuration) for the plain shapes; for the fused programs
+// cuBLASLt's plain GEMM, our plain GEMM and the program, each program on every tile configuration
+// with --sweep.
 // Records of program "...:energy" carry ours_ms / ours_j / ours_w and the same of the reference.
-// --model 350m|1.5b (default 1.5b): the model whose shapes the fused programs, --ablate and --energy
-// run; at 350M every forward GEMM and the LM head's have K = 1024, 0.64 times 1.5B's mainloop a
+// --model 350m|1.5b (default 1.5b): the model whose shapes the fused programs, --ablate and
+// --energy run; at 350M every forward GEMM and the LM head's have K = 1024, 0.64 times 1.5B's mainloop a
 // tile for the same epilogue.
 // --ablate instead times, for the programs above 1.08x their plain GEMM, what each part of the
 // program's element() adds: each rung of a ladder (Bench::ablation) on ping-pong 128 x 128 against
@@ -134,9 +135,16 @@ struct Shape {
     bool timed() const { return model != "odd"; }
 };
 
+// The GPT-2 models whose training shapes are timed (their names are --model's values), with their width C.
+struct GptModel {
+    const char* name;
+    int C;
+};
+constexpr GptModel kModels[] = {{"350m", 1024}, {"1.5b", 1600}};
+
 std::vector<Shape> training_shapes() {
     std::vector<Shape> s;
-    for (auto [model, C] : {std::pair<const char*, int>{"350m", 1024}, {"1.5b", 1600}}) {
+    for (auto [model, C] : kModels) {
         const int T = kTokens, V = kVocabPadded;
         // forward: x[T, C] W[C, N]; LM head x wte^T with wte stored [V, C]
         s.push_back({model, "qkv fwd", T, 3 * C, C, false, false, false});
@@ -694,9 +702,9 @@ struct Bench {
 
     void pass_programs() {
         const int T = kTokens;
-        for (auto [size, C] : {std::pair<const char*, int>{"350m", 1024}, {"1.5b", 1600}}) {
+        for (auto [model_name, C] : kModels) {
             const int N = 3 * C;
-            pass_program(size, "QkvGradient", T, N, 2.0 * T * N * 2, [&](Buffers& b, const GemmProblem& p) {
+            pass_program(model_name, "QkvGradient", T, N, 2.0 * T * N * 2, [&](Buffers& b, const GemmProblem& p) {
                 QkvGradient<bf16> q;
                 q.dqkv = {act(b, (long)p.M * p.N, 71), Layout{p.N, false}};
                 q.qkv = {act(b, (long)p.M * p.N, 72), Layout{p.N, false}};
@@ -749,8 +757,14 @@ int run(int argc, char** argv) {
                          " (usage: bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING] [--no-fused]"
                          " [--energy SECONDS] [--model 350m|1.5b] [--ablate])");
     }
-    if (bench.model != "350m" && bench.model != "1.5b")
-        throw Error("bench_gemm: --model " + bench.model + ": not a model of the training shapes (350m, 1.5b)");
+    bool known_model = false;
+    std::string model_names;
+    for (const GptModel& m : kModels) {
+        known_model |= bench.model == m.name;
+        model_names += (model_names.empty() ? "" : ", ") + std::string(m.name);
+    }
+    if (!known_model)
+        throw Error("bench_gemm: --model " + bench.model + ": not a model of the training shapes (" + model_names + ")");
     if (bench.energy_seconds > 0) {
         bench.meter = GpuEnergy::open();
         if (!bench.meter) throw Error("bench_gemm: --energy needs NVML's energy counter (libnvidia-ml.so.1)");
