@@ -191,7 +191,7 @@ struct Inputs {
 Shape fused_shape(const std::string& model, const std::string& gemm) {
     for (const Shape& s : training_shapes())
         if (s.model == model && s.name == gemm) return s;
-    throw Error("bench_gemm: no " + model + " shape " + gemm);
+    throw Error("no " + model + " shape " + gemm);
 }
 
 GemmProblem problem(const Shape& s, const bf16* a, const bf16* b) {
@@ -207,10 +207,10 @@ GemmProblem problem(const Shape& s, const bf16* a, const bf16* b) {
 // cuBLASLt through the trainer's Matmul, same operands and output type.
 void cublas_gemm(Matmul& mm, const Shape& s, const bf16* a, const bf16* b, void* out) {
     if (s.accumulate) {
-        if (!s.a_t || s.b_t) throw Error("bench: accumulate shapes are A^T B");
+        if (!s.a_t || s.b_t) throw Error("accumulate shapes are A^T B");
         mm.backward_weight((float*)out, a, b, /*M=*/s.K, /*K=*/s.M, /*N=*/s.N, 0);
     } else if (s.a_t) {
-        throw Error("bench: A^T with bf16 output is not a training shape");
+        throw Error("A^T with bf16 output is not a training shape");
     } else if (s.b_t) {
         mm.forward_nt((bf16*)out, a, b, s.M, s.K, s.N, 0);
     } else {
@@ -320,9 +320,11 @@ struct Row {
 
 struct Bench {
     Matmul mm;
-    int reps = 30;
+    // From the command line (Options): --reps, --sweep, and --model, the fused programs', the
+    // ladders' and --energy's shapes.
+    int reps = 0;
     bool sweep = false;
-    std::string model = "1.5b";  // --model: the fused programs', the ladders' and --energy's shapes
+    std::string model;
     std::string json, command, gpu;
     long l2_bytes = 0;
     std::vector<Row> plain_rows, fused_rows;
@@ -619,7 +621,7 @@ struct Bench {
     // B's layout is dispatched (launch_layouts would build the three other layouts of every rung).
     template <class P>
     void time_rung(const Shape& s, const std::string& name, const P& program, const GemmProblem& prob, bf16* out) {
-        if (s.a_t) throw Error("bench_gemm --ablate: " + s.name + " has a transposed A");
+        if (s.a_t) throw Error("--ablate: " + s.name + " has a transposed A");
         using Cfg = sm90::CfgPingPong128x128;
         auto run = [&](const auto& p) {
             if (s.b_t) sm90::detail::launch<Cfg, false, false>(p, prob, 1, 0);
@@ -735,52 +737,70 @@ double speed_geomean(const std::vector<Row>& rows) {
     return rows.empty() ? NAN : std::exp(s / rows.size());
 }
 
-int run(int argc, char** argv) {
-    Bench bench;
-    std::string only;
-    bool fused = true, ablate = false;
+// The command line, read before anything touches the GPU: a bad option gets its error line on any machine.
+struct Options {
+    std::string json, only, model = "1.5b";
+    int reps = 30;
+    bool sweep = false, fused = true, ablate = false;
+    double energy_seconds = 0;
+};
+
+Options parse_options(int argc, char** argv) {
+    Options o;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         auto next = [&]() -> std::string {
-            if (i + 1 >= argc) throw Error("bench_gemm: " + a + " needs a value");
+            if (i + 1 >= argc) throw Error(a + " needs a value");
             return argv[++i];
         };
-        if (a == "--json") bench.json = next();
-        else if (a == "--reps") bench.reps = std::max(1, std::stoi(next()));
-        else if (a == "--sweep") bench.sweep = true;
-        else if (a == "--only") only = next();
-        else if (a == "--no-fused") fused = false;
-        else if (a == "--energy") bench.energy_seconds = std::stod(next());
-        else if (a == "--ablate") ablate = true;
-        else if (a == "--model") bench.model = next();
-        else throw Error("bench_gemm: unknown option " + a +
+        if (a == "--json") o.json = next();
+        else if (a == "--reps") o.reps = (int)bench::number_option(a, next(), 1, /*integer=*/true);
+        else if (a == "--sweep") o.sweep = true;
+        else if (a == "--only") o.only = next();
+        else if (a == "--no-fused") o.fused = false;
+        else if (a == "--energy") o.energy_seconds = bench::number_option(a, next(), 0);
+        else if (a == "--ablate") o.ablate = true;
+        else if (a == "--model") o.model = next();
+        else throw Error("unknown option " + a +
                          " (usage: bench_gemm [--json FILE] [--reps N] [--sweep] [--only SUBSTRING] [--no-fused]"
                          " [--energy SECONDS] [--model 350m|1.5b] [--ablate])");
     }
     bool known_model = false;
     std::string model_names;
     for (const GptModel& m : kModels) {
-        known_model |= bench.model == m.name;
+        known_model |= o.model == m.name;
         model_names += (model_names.empty() ? "" : ", ") + std::string(m.name);
     }
     if (!known_model)
-        throw Error("bench_gemm: --model " + bench.model + ": not a model of the training shapes (" + model_names + ")");
-    if (bench.energy_seconds > 0) {
-        bench.meter = GpuEnergy::open();
-        if (!bench.meter) throw Error("bench_gemm: --energy needs NVML's energy counter (libnvidia-ml.so.1)");
-    }
-    bench.command = join_command(argc, argv);
-    if (!sm90::available()) {
+        throw Error("--model " + o.model + ": not a model of the training shapes (" + model_names + ")");
+    return o;
+}
+
+int run(int argc, char** argv) {
+    const Options o = parse_options(argc, argv);
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0 || !sm90::available()) {
         fprintf(stderr, "bench_gemm: needs a compute capability 9.0 GPU and a build with sm_90a\n");
         return 77;
     }
+    Bench bench;
+    bench.json = o.json;
+    bench.reps = o.reps;
+    bench.sweep = o.sweep;
+    bench.model = o.model;
+    bench.energy_seconds = o.energy_seconds;
+    if (bench.energy_seconds > 0) {
+        bench.meter = GpuEnergy::open();
+        if (!bench.meter) throw Error("--energy needs NVML's energy counter (libnvidia-ml.so.1)");
+    }
+    bench.command = join_command(argc, argv);
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     bench.gpu = prop.name;
     bench.l2_bytes = prop.l2CacheSize;
     printf("%s, %d SMs, L2 %d MiB, reps %d (median)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
            bench.reps);
-    if (ablate) {
+    if (o.ablate) {
         const std::string title = "rung on pp128x128 (" + bench.model + " shape)";
         printf("%-44s %9s %9s %6s\n", title.c_str(), "ms", "plain ms", "ratio");
         bench.ablation();
@@ -789,8 +809,8 @@ int run(int argc, char** argv) {
     printf("%-18s %6s %6s %6s %-7s %-12s %9s %9s %6s %7s\n", "shape", "M", "N", "K", "layout", "tile", "ours ms",
            "cublas ms", "ratio", "TFLOP/s");
     for (const Shape& s : training_shapes())
-        if (only.empty() || (s.model + " " + s.name).find(only) != std::string::npos) bench.plain(s);
-    if (fused) {
+        if (o.only.empty() || (s.model + " " + s.name).find(o.only) != std::string::npos) bench.plain(s);
+    if (o.fused) {
         const std::string title = "fused program (" + bench.model + " shape)";
         printf("\n%-36s %9s %9s %6s\n", title.c_str(), "ms", "plain ms", "ratio");
         bench.fused_programs();

@@ -70,7 +70,7 @@ template <class F>
 Part part(const std::string& name, F&& step, double seconds, const GpuEnergy& meter) {
     const double est_ms = median_ms(step, /*runs=*/1, /*warmup=*/1);
     const bench::Sustained r = bench::sustained([&](int) { step(); }, est_ms, seconds, meter);
-    if (std::isnan(r.j)) throw Error("bench_step_energy: reading the GPU's energy counter failed");
+    if (std::isnan(r.j)) throw Error("reading the GPU's energy counter failed");
     return {name, r};
 }
 
@@ -80,13 +80,13 @@ int run(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         auto next = [&]() -> std::string {
-            if (i + 1 >= argc) throw Error("bench_step_energy: " + a + " needs a value");
+            if (i + 1 >= argc) throw Error(a + " needs a value");
             return argv[++i];
         };
         if (a == "--config") config = next();
-        else if (a == "--seconds") seconds = std::stod(next());
+        else if (a == "--seconds") seconds = bench::number_option(a, next(), 0);
         else if (a == "--json") json = next();
-        else throw Error("bench_step_energy: unknown option " + a +
+        else throw Error("unknown option " + a +
                          " (usage: bench_step_energy [--config NAME|PATH] [--seconds S] [--json FILE])");
     }
     // The model, batch and sequence length of a training config, as `codagpt train` reads it.
@@ -98,7 +98,7 @@ int run(int argc, char** argv) {
         return 77;
     }
     const std::unique_ptr<GpuEnergy> meter = GpuEnergy::open();
-    if (!meter) throw Error("bench_step_energy: needs NVML's energy counter (libnvidia-ml.so.1)");
+    if (!meter) throw Error("needs NVML's energy counter (libnvidia-ml.so.1)");
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const std::string command = join_command(argc, argv);
@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
     try {
         return run(argc, argv);
     } catch (const std::exception& e) {
-        fprintf(stderr, "%s\n", e.what());
+        fprintf(stderr, "bench_step_energy: %s\n", e.what());
         return 1;
     }
 }

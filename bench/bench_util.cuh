@@ -4,7 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "common.cuh"
 #include "device.hpp"
@@ -21,6 +24,19 @@ template <class T>
 void fill(T* p, long n, unsigned seed, float scale = 1.f, float offset = 0.f) {
     fill_kernel<<<1024, 256>>>(p, n, seed, scale, offset);
     CUDA_CHECK_LAUNCH(fill_kernel);
+}
+
+// The value of a numeric option: the whole text a finite number >= min (and a whole number where
+// `integer`), else an Error naming the option (main() prints it as the benchmark's one error line).
+inline double number_option(const std::string& opt, const std::string& text, double min, bool integer = false) {
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    const bool ok = end != text.c_str() && *end == '\0' && std::isfinite(v) && v >= min &&
+                    (!integer || (v == std::floor(v) && v <= INT_MAX));
+    if (!ok)
+        throw Error(opt + " needs " + (integer ? "a whole number" : "a number") +
+                    " >= " + std::to_string((long long)min) + ", got '" + one_line(text) + "'");
+    return v;
 }
 
 // A workload run back to back: ms a call, joules a call, mean watts (NaN where a counter read
