@@ -83,6 +83,17 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     out.commit();
 }
 
+void create_folders(const std::string& dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw Error("cannot create folder " + one_line(dir) + ": " + ec.message());
+}
+
+void create_parent_folders(const std::string& path) {
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) create_folders(parent.string());
+}
+
 std::vector<OrphanedTemporary> orphaned_temporaries(const std::string& dir) {
     std::vector<OrphanedTemporary> found;
     std::error_code ec;

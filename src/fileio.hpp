@@ -36,6 +36,12 @@ private:
     size_t written_ = 0;
 };
 
+// Creates folder `dir` and its missing parents (nothing where it exists). Error naming the folder
+// where that fails (a file in the way, no permission).
+void create_folders(const std::string& dir);
+// The same for the folder that will hold file `path` (nothing for a bare file name).
+void create_parent_folders(const std::string& path);
+
 // The temporary files in `dir` that AtomicFileWriters left behind in a crash (killed before
 // commit() or the destructor ran): those whose writing process no longer runs on this host. Each
 // with the path it was for, so that a caller deletes only the kinds of files it owns.

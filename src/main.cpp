@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
                     "of metrics.jsonl: where a gradient spike comes from (one process; copies the gradients after each step)");
     train->add_flag("-q,--quiet", train_opt.quiet, "Print only evaluation and summary lines");
     train->add_option("--bench-json", train_opt.bench_json,
-                      "Append a benchmark record (steady-state tok/s, ms/step, losses) to this JSON file");
+                      "Append a benchmark record (steady-state tok/s, ms/step, losses) to this JSON array file (checked before the "
+                      "first step)");
     CLI::Option* resume_opt = train->add_option(
         "--resume", train_opt.resume, "Continue from a checkpoint: a path, or latest (the newest ckpt_<step>.bin in out_dir)");
     train->add_option("--init-from", train_opt.init_from,

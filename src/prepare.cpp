@@ -13,6 +13,7 @@
 
 #include "common.hpp"
 #include "data.hpp"
+#include "fileio.hpp"
 
 namespace fs = std::filesystem;
 
@@ -146,9 +147,7 @@ PrepareStats prepare_shards(const std::vector<std::string>& inputs, const std::s
             if (id < 0 || id > UINT16_MAX)
                 throw Error("prepare: token id " + std::to_string(id) + " does not fit the shards' uint16 tokens");
 
-    std::error_code ec;
-    fs::create_directories(out_dir, ec);
-    if (ec) throw Error("cannot create folder " + out_dir + ": " + ec.message());
+    create_folders(out_dir);
 
     PrepareStats stats;
     stats.documents = docs.size();

@@ -41,15 +41,18 @@ void stamp_record(nlohmann::json& record, const std::string& command) {
     record["command"] = command;
 }
 
+nlohmann::json read_records(const std::string& path) {
+    if (!fs::exists(path)) return nlohmann::json::array();
+    std::ifstream f(path);
+    nlohmann::json records = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (!records.is_array()) throw Error(one_line(path) + ": not a JSON array of benchmark records; not touching it");
+    return records;
+}
+
 void append_record(const std::string& path, const nlohmann::json& record) {
-    nlohmann::json records = nlohmann::json::array();
-    if (fs::exists(path)) {
-        std::ifstream f(path);
-        records = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-        if (!records.is_array()) throw Error(path + ": not a JSON array of benchmark records; not touching it");
-    }
+    nlohmann::json records = read_records(path);
     records.push_back(record);
-    if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+    create_parent_folders(path);
     write_file_atomic(path, records.dump(2) + "\n");
 }
 

@@ -237,6 +237,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         throw Error("--trace-kernels lists GPU kernels: it needs a GPU run (--device cuda or auto with a GPU)");
     if (opt.phase_times && !use_gpu(opt.device))
         throw Error("--phase-times times CUDA streams: it needs a GPU run (--device cuda or auto with a GPU)");
+    // The record is appended at the end of the run: a file it could not go into is refused now.
+    if (!opt.bench_json.empty()) read_records(opt.bench_json);
     const bool dumps = check_dump_env();
     // ---- ranks: one process, or one of several started by the launcher, srun or mpirun. A rank of
     // a job, and the one worker of `--nproc-per-node 1` (the same path on one GPU), trains data
@@ -345,7 +347,10 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // ---- run directory: the resolved config and the metrics log (rank 0's)
     std::optional<MetricsLog> metrics;
     if (lead) {
-        fs::create_directories(cfg.out_dir);
+        create_folders(cfg.out_dir);
+        // The folders of the files written late in the run, made now (a failure costs no steps).
+        if (!opt.trace_kernels.empty()) create_parent_folders(opt.trace_kernels);
+        if (!opt.bench_json.empty()) create_parent_folders(opt.bench_json);
         write_file_atomic((fs::path(cfg.out_dir) / "config.json").string(), config_to_json(cfg).dump(2) + "\n");
         metrics.emplace(fs::path(cfg.out_dir) / "metrics.jsonl", resume ? std::optional<int>(first_step) : std::nullopt);
     }

@@ -7,16 +7,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common.hpp"
+#include "results.hpp"
 #include "tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -44,45 +43,11 @@ std::string default_text_path() {
                          "pass a text file as the first argument");
 }
 
-// First line of a command's output, or "unknown".
-std::string command_output(const char* command) {
-    std::string out;
-    if (FILE* pipe = popen(command, "r")) {
-        char buf[256];
-        if (fgets(buf, sizeof buf, pipe)) out = buf;
-        pclose(pipe);
-    }
-    out.erase(out.find_last_not_of(" \t\n") + 1);
-    return out.empty() ? "unknown" : out;
-}
-
 std::string cpu_name() {
     std::ifstream cpuinfo("/proc/cpuinfo");
     for (std::string line; std::getline(cpuinfo, line);)
         if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
     return "unknown";
-}
-
-std::string iso_date_utc() {
-    const std::time_t now = std::time(nullptr);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    return buf;
-}
-
-// Appends record to the JSON array in path (created when missing).
-void append_record(const std::string& path, const nlohmann::json& record) {
-    nlohmann::json records = nlohmann::json::array();
-    if (fs::exists(path)) {
-        try {
-            records = nlohmann::json::parse(read_file(path));
-        } catch (const nlohmann::json::exception& e) {
-            throw codagpt::Error(path + ": not valid JSON: " + e.what());
-        }
-        if (!records.is_array()) throw codagpt::Error(path + ": expected a JSON array of records");
-    }
-    records.push_back(record);
-    std::ofstream(path) << records.dump(1) << "\n";
 }
 
 double seconds_since(Clock::time_point start) {
@@ -101,6 +66,7 @@ int run(int argc, char** argv) {
             throw codagpt::Error("unknown argument " + arg +
                                  " (usage: bench_tokenizer [TEXT_FILE] [--reps N] [--json-out FILE])");
     }
+    if (!json_out.empty()) codagpt::read_records(json_out);  // a file it cannot append to, refused before timing
     if (text_path.empty()) text_path = default_text_path();
     const std::string text = read_file(text_path);
 
@@ -126,13 +92,11 @@ int run(int argc, char** argv) {
                 text_path.c_str(), text.size(), tokens, load_s * 1e3, cold_mb_s, reps, median);
 
     if (!json_out.empty()) {
-        std::string command;
-        for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-        append_record(json_out, {{"kind", "tokenizer"}, {"cpu", cpu_name()},
-                                 {"commit", command_output("git rev-parse --short HEAD 2>/dev/null")},
-                                 {"date", iso_date_utc()}, {"command", command}, {"mb_s", median},
+        nlohmann::json record = {{"kind", "tokenizer"}, {"cpu", cpu_name()}, {"mb_s", median},
                                  {"mb_s_first_pass", cold_mb_s}, {"bytes", text.size()},
-                                 {"tokens", tokens}, {"threads", 1}, {"load_ms", load_s * 1e3}});
+                                 {"tokens", tokens}, {"threads", 1}, {"load_ms", load_s * 1e3}};
+        codagpt::stamp_record(record, codagpt::join_command(argc, argv));
+        codagpt::append_record(json_out, record);
     }
     return 0;
 }

@@ -62,6 +62,18 @@ expect_error "--checkpoint is required" eval --device cpu
 expect_error "cannot open weights file /nonexistent/w.bin" eval --device cpu --checkpoint /nonexistent/w.bin
 expect_error "the options contradict the model of $narrow: n_embd 32 (config 64)" eval --device cpu --checkpoint "$narrow" --n_embd 64
 expect_error "seq_len: must be <= max_seq_len (64), got 128" eval --device cpu --checkpoint "$narrow" --seq_len 128
+# Files a run writes late are checked before its first step: a --bench-json that is not a JSON array
+# is refused before the data loads (none here), folders that cannot be made before training starts.
+expect_error "configs/gpt2-tiny.json: not a JSON array of benchmark records" train --device cpu \
+  --train_data "$tmp/none_*.bin" --bench-json configs/gpt2-tiny.json
+shard=$tmp/shard.bin  # 1,000 tokens (all 0) in llm.c's format
+{ for v in 20240520 1 1000; do le32 $v; done; head -c $((253 * 4 + 1000 * 2)) /dev/zero; } > "$shard"
+touch "$tmp/file"
+expect_error "cannot create folder $tmp/file/run: Not a directory" train --device cpu --train_data "$shard" \
+  --val_data "$shard" --out_dir "$tmp/file/run"
+expect_error "cannot create folder $tmp/file: Not a directory" train --device cpu --train_data "$shard" \
+  --val_data "$shard" --out_dir "$tmp/run" --bench-json "$tmp/file/bench.json"
+[[ -e "$tmp/run/metrics.jsonl" ]] && { echo "FAIL: the refused run wrote $tmp/run/metrics.jsonl"; fails=$((fails + 1)); }
 CODAGPT_DUMP=nodir expect_error "CODAGPT_DUMP must be DIR:LAYER[,LAYER...], got 'nodir'" train --device cpu
 CODAGPT_DUMP=/nonexistent:3 expect_error "CODAGPT_DUMP: no directory /nonexistent" train --device cpu
 echo "$((total - fails)) passed, $fails failed"
