@@ -18,7 +18,7 @@ constexpr const char* kTempInfix = ".tmp.";  // <path>.tmp.<pid>
 AtomicFileWriter::AtomicFileWriter(std::string path)
     : path_(std::move(path)), tmp_(path_ + kTempInfix + std::to_string(getpid())) {
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd_ < 0) throw Error("cannot create " + tmp_ + ": " + std::strerror(errno));
+    if (fd_ < 0) throw Error("cannot create " + path_ + ": " + std::strerror(errno));
 }
 
 AtomicFileWriter::~AtomicFileWriter() { abandon(); }
@@ -92,6 +92,14 @@ void create_folders(const std::string& dir) {
 void create_parent_folders(const std::string& path) {
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) create_folders(parent.string());
+}
+
+void check_not_overwriting(const std::string& out, const std::string& input, const std::string& what) {
+    namespace fs = std::filesystem;
+    std::error_code ec, ec_out, ec_in;  // equivalent: false where either file does not exist yet
+    const bool same_name = fs::weakly_canonical(out, ec_out) == fs::weakly_canonical(input, ec_in) && !ec_out && !ec_in;
+    if (same_name || fs::equivalent(out, input, ec))
+        throw Error("refusing to write " + one_line(out) + ": the same file as " + what + " " + one_line(input));
 }
 
 std::vector<OrphanedTemporary> orphaned_temporaries(const std::string& dir) {

@@ -42,6 +42,11 @@ void create_folders(const std::string& dir);
 // The same for the folder that will hold file `path` (nothing for a bare file name).
 void create_parent_folders(const std::string& path);
 
+// Error where `out` is the same file as `input` (the same path, or the same file under another name
+// or through a link), which writing `out` would replace: an output over the file it is made from,
+// or over another output of the same command. `what` names `input` in the message ("--checkpoint").
+void check_not_overwriting(const std::string& out, const std::string& input, const std::string& what);
+
 // The temporary files in `dir` that AtomicFileWriters left behind in a crash (killed before
 // commit() or the destructor ran): those whose writing process no longer runs on this host. Each
 // with the path it was for, so that a caller deletes only the kinds of files it owns.

@@ -14,6 +14,7 @@
 #include "common.hpp"
 #include "config.hpp"
 #include "config_cli.hpp"
+#include "fileio.hpp"
 #include "plot.hpp"
 #include "results.hpp"
 #include "train.hpp"
@@ -248,6 +249,11 @@ int main(int argc, char** argv) {
             return 0;
         }
         if (export_cmd->parsed()) {
+            check_not_overwriting(export_out, export_in, "--checkpoint");
+            if (!export_logits.empty()) {
+                check_not_overwriting(export_logits, export_in, "--checkpoint");
+                check_not_overwriting(export_logits, export_out, "--out");
+            }
             const ModelWeights w = load_weights(export_in);
             const WeightsDtype dtype = export_dtype == "bf16" ? WeightsDtype::bf16 : WeightsDtype::f32;
             if (export_format == "llmc")

@@ -233,6 +233,8 @@ std::string plot_runs(const std::vector<std::string>& run_dirs, const std::strin
     if (run_dirs.size() > 1 && out.empty()) throw Error("plotting several runs needs -o FILE.svg (no one run directory owns the figure)");
     for (const std::string& d : run_dirs)
         if (!fs::is_directory(d)) throw Error("no run directory " + d);
+    const std::string path = out.empty() ? (fs::path(run_dirs[0]) / "metrics.svg").string() : out;
+    for (const std::string& d : run_dirs) check_not_overwriting(path, (fs::path(d) / "metrics.jsonl").string(), "the run log");
 
     std::vector<std::string> names = labels;
     if (names.empty()) {
@@ -253,7 +255,6 @@ std::string plot_runs(const std::vector<std::string>& run_dirs, const std::strin
         title = "metrics.jsonl:";
         for (size_t i = 0; i < runs.size(); i++) title += (i ? " vs " : " ") + runs[i].label;
     }
-    const std::string path = out.empty() ? (fs::path(run_dirs[0]) / "metrics.svg").string() : out;
     write_file_atomic(path, metrics_svg(runs, title));
     return path;
 }

@@ -269,6 +269,12 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         resume_path = opt.resume == "latest" ? latest_checkpoint(cfg.out_dir) : opt.resume;
         resume = load_checkpoint(resume_path);
         check_resumable(*resume, cfg, resume_path);
+    } else if (const std::vector<CheckpointFile> earlier = list_checkpoints(cfg.out_dir); !earlier.empty()) {
+        // A new run there would prune the earlier run's checkpoints, and `--resume latest` could then
+        // pick one of the earlier run's over this run's.
+        throw Error("out_dir " + one_line(cfg.out_dir) + " holds the checkpoints of an earlier run (newest " +
+                    one_line(fs::path(earlier.back().path).filename().string()) +
+                    "): continue it with --resume latest, or train into another out_dir");
     }
     const int first_step = resume ? resume->step : 0;
     // A step the run resumes past would never come: refused rather than running to cfg.steps.

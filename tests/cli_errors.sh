@@ -74,6 +74,20 @@ expect_error "cannot create folder $tmp/file/run: Not a directory" train --devic
 expect_error "cannot create folder $tmp/file: Not a directory" train --device cpu --train_data "$shard" \
   --val_data "$shard" --out_dir "$tmp/run" --bench-json "$tmp/file/bench.json"
 [[ -e "$tmp/run/metrics.jsonl" ]] && { echo "FAIL: the refused run wrote $tmp/run/metrics.jsonl"; fails=$((fails + 1)); }
+# A new run into a folder holding an earlier run's checkpoints is refused; the checkpoints are kept.
+mkdir -p "$tmp/earlier" && echo "an earlier run's checkpoint" > "$tmp/earlier/ckpt_3.bin"
+expect_error "out_dir $tmp/earlier holds the checkpoints of an earlier run (newest ckpt_3.bin)" train --device cpu \
+  --train_data "$shard" --val_data "$shard" --out_dir "$tmp/earlier"
+[[ "$(cat "$tmp/earlier/ckpt_3.bin")" == "an earlier run's checkpoint" && ! -e "$tmp/earlier/metrics.jsonl" ]] ||
+  { echo "FAIL: the refused run touched $tmp/earlier"; fails=$((fails + 1)); }
+# An output over the file it is made from is refused, and that file kept.
+cp "$narrow" "$tmp/weights.bin"
+expect_error "refusing to write $tmp/./weights.bin: the same file as --checkpoint $tmp/weights.bin" export \
+  --checkpoint "$tmp/weights.bin" --out "$tmp/./weights.bin"
+cmp -s "$narrow" "$tmp/weights.bin" || { echo "FAIL: export changed its --checkpoint"; fails=$((fails + 1)); }
+mkdir -p "$tmp/run_log" && echo '{"step": 1, "loss": 10.0}' > "$tmp/run_log/metrics.jsonl"
+expect_error "refusing to write $tmp/run_log/metrics.jsonl: the same file as the run log" plot "$tmp/run_log" \
+  -o "$tmp/run_log/metrics.jsonl"
 CODAGPT_DUMP=nodir expect_error "CODAGPT_DUMP must be DIR:LAYER[,LAYER...], got 'nodir'" train --device cpu
 CODAGPT_DUMP=/nonexistent:3 expect_error "CODAGPT_DUMP: no directory /nonexistent" train --device cpu
 echo "$((total - fails)) passed, $fails failed"
