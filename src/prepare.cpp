@@ -89,15 +89,20 @@ size_t write_split(const std::vector<std::vector<int>>& ids, size_t first, size_
     return count;
 }
 
+// The names of the shards prepare writes into its folder, and replaces or removes there.
+bool is_shard_name(const fs::path& name) {
+    static const std::regex shard_name(R"((train|val)_\d{6}\.bin)");
+    return std::regex_match(name.string(), shard_name);
+}
+
 // An earlier run with more data may have left train_000007.bin behind, which a train_*.bin glob
 // would then mix into this run's data.
 void remove_stale_shards(const fs::path& out_dir, const std::vector<std::string>& written) {
-    static const std::regex shard_name(R"((train|val)_\d{6}\.bin)");
     std::vector<fs::path> keep;
     for (const std::string& path : written) keep.push_back(fs::path(path).filename());
     for (const auto& entry : fs::directory_iterator(out_dir)) {
         const fs::path name = entry.path().filename();
-        if (std::regex_match(name.string(), shard_name) && std::find(keep.begin(), keep.end(), name) == keep.end()) {
+        if (is_shard_name(name) && std::find(keep.begin(), keep.end(), name) == keep.end()) {
             std::error_code ec;
             if (!fs::remove(entry.path(), ec) && ec)
                 throw Error("cannot remove stale shard " + entry.path().string() + ": " + ec.message());
@@ -116,6 +121,13 @@ PrepareStats prepare_shards(const std::vector<std::string>& inputs, const std::s
         throw Error("prepare: val fraction " + std::string(fraction) + " is outside [0, 1)");
     }
     if (opt.shard_tokens == 0) throw Error("prepare: shard tokens must be positive");
+    for (const std::string& path : inputs) {
+        const fs::path p(path), folder = p.has_parent_path() ? p.parent_path() : fs::path(".");
+        std::error_code ec;  // false, with ec set, where out_dir does not exist yet
+        if (is_shard_name(p.filename()) && fs::equivalent(folder, out_dir, ec))
+            throw Error("prepare: input " + one_line(path) + " is named like a shard in the output folder " +
+                        one_line(out_dir) + ", where prepare replaces or removes such files: move it or choose another --out");
+    }
 
     std::vector<std::string> texts;
     for (const std::string& path : inputs) texts.push_back(read_file(path));

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -28,18 +27,13 @@
 
 namespace fs = std::filesystem;
 using namespace codagpt;
+using codagpt::test::read_bytes;
 using codagpt::test::same_bits;
 using codagpt::test::SyntheticRun;
 using nlohmann::json;
 
 namespace {
 
-std::string read_bytes(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::ostringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
 void write_bytes(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
 
 template <class F>

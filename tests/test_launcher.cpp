@@ -12,7 +12,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 #include <variant>
 
@@ -25,6 +24,7 @@ namespace {
 
 using test::error_of;
 using test::mentions;
+using test::read_bytes;
 using test::TempDir;
 using Clock = std::chrono::steady_clock;
 
@@ -375,13 +375,6 @@ LaunchOptions worker_options(int n, const TempDir& dir, std::vector<std::string>
     return opt;
 }
 
-std::string read_text(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
-
 bool wait_for_files(const TempDir& dir, int n, const char* suffix, double timeout_s) {
     const auto t0 = Clock::now();
     for (;;) {
@@ -432,7 +425,7 @@ int wait_child(pid_t pid, double timeout_s) {
 std::string launch_error(const LaunchOptions& opt, const TempDir& dir, double bound_s = 20) {
     const pid_t pid = launch_in_child(opt, dir / "out.txt", dir / "err.txt");
     const int status = wait_child(pid, bound_s);
-    const std::string err = read_text(dir / "err.txt");
+    const std::string err = read_bytes(dir / "err.txt");
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "status " << status << ", stderr:\n" << err;
     const size_t start = err.rfind('\n', err.size() - 2);
     return err.substr(start == std::string::npos ? 0 : start + 1);
@@ -443,18 +436,18 @@ TEST(Launcher, WorkersShareOneIdAndGetTheirRanks) {
     const int n = 4;
     const pid_t pid = launch_in_child(worker_options(n, dir, {"exchange"}), dir / "out.txt", dir / "err.txt");
     const int status = wait_child(pid, 30);
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ", stderr:\n" << read_text(dir / "err.txt");
-    const std::string id0 = read_text(dir / "rank_0.id");
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ", stderr:\n" << read_bytes(dir / "err.txt");
+    const std::string id0 = read_bytes(dir / "rank_0.id");
     EXPECT_EQ(id0.size(), 256u);
     for (int r = 0; r < n; r++) {
-        EXPECT_EQ(read_text(dir / ("rank_" + std::to_string(r) + ".id")), id0) << "rank " << r;
+        EXPECT_EQ(read_bytes(dir / ("rank_" + std::to_string(r) + ".id")), id0) << "rank " << r;
         // rank, world size, local rank, local world size, NCCL_NVLS_ENABLE
-        EXPECT_EQ(read_text(dir / ("rank_" + std::to_string(r) + ".env")),
+        EXPECT_EQ(read_bytes(dir / ("rank_" + std::to_string(r) + ".env")),
                   std::to_string(r) + " 4 " + std::to_string(r) + " 4 0");
     }
     // Rank 0's stdout passes through, the others' is quiet; stderr: rank 0 as is, others prefixed.
-    EXPECT_EQ(read_text(dir / "out.txt"), "stdout from rank 0\n");
-    const std::string err = read_text(dir / "err.txt");
+    EXPECT_EQ(read_bytes(dir / "out.txt"), "stdout from rank 0\n");
+    const std::string err = read_bytes(dir / "err.txt");
     EXPECT_TRUE(mentions(err, "stderr from rank 0\n"));
     EXPECT_TRUE(mentions(err, "[rank 3] stderr from rank 3\n"));
     EXPECT_EQ(err.find("[rank 0]"), std::string::npos);
@@ -465,7 +458,7 @@ TEST(Launcher, KeepsTheUsersNvlsSetting) {
     LaunchOptions opt = worker_options(1, dir, {"exchange"});
     opt.env["NCCL_NVLS_ENABLE"] = "1";
     EXPECT_EQ(launch(opt), 0);
-    EXPECT_EQ(read_text(dir / "rank_0.env"), "0 1 0 1 1");
+    EXPECT_EQ(read_bytes(dir / "rank_0.env"), "0 1 0 1 1");
 }
 
 TEST(Launcher, CrashTakesTheJobDownNamingTheRank) {
@@ -475,7 +468,7 @@ TEST(Launcher, CrashTakesTheJobDownNamingTheRank) {
     EXPECT_TRUE(mentions(e, "rank 1 (local rank 1 on node 0, pid "));
     EXPECT_TRUE(mentions(e, "exited with code 3 (last stderr line: boom on rank 1)"));
     // The others were asked to stop, and stopped cleanly (as the trainer does on SIGTERM).
-    for (int r : {0, 2}) EXPECT_EQ(read_text(dir / ("rank_" + std::to_string(r) + ".term")), "SIGTERM") << "rank " << r;
+    for (int r : {0, 2}) EXPECT_EQ(read_bytes(dir / ("rank_" + std::to_string(r) + ".term")), "SIGTERM") << "rank " << r;
 }
 
 TEST(Launcher, KilledWorkerIsNamedWithItsSignal) {
@@ -542,13 +535,13 @@ TEST(Launcher, SigtermReachesEveryWorkerWhichExitCleanly) {
         const pid_t pid = launch_in_child(worker_options(n, dir, {"wait"}), dir / "out.txt", dir / "err.txt");
         if (!wait_for_files(dir, n, "ready", 20)) {
             wait_child(pid, 0);  // kills the launcher; its workers follow (PR_SET_PDEATHSIG)
-            FAIL() << "workers not ready; stderr:\n" << read_text(dir / "err.txt");
+            FAIL() << "workers not ready; stderr:\n" << read_bytes(dir / "err.txt");
         }
         ASSERT_EQ(kill(pid, sig), 0);
         const int status = wait_child(pid, 20);
-        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ", stderr:\n" << read_text(dir / "err.txt");
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ", stderr:\n" << read_bytes(dir / "err.txt");
         for (int r = 0; r < n; r++)
-            EXPECT_EQ(read_text(dir / ("rank_" + std::to_string(r) + ".term")), sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            EXPECT_EQ(read_bytes(dir / ("rank_" + std::to_string(r) + ".term")), sig == SIGTERM ? "SIGTERM" : "SIGINT");
     }
 }
 

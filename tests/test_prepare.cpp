@@ -19,6 +19,7 @@
 namespace fs = std::filesystem;
 using codagpt::test::error_of;
 using codagpt::test::mentions;
+using codagpt::test::read_bytes;
 using codagpt::test::TempDir;
 using namespace codagpt;
 
@@ -205,6 +206,17 @@ TEST_F(Prepare, Errors) {
     no_val.val_fraction = 0;
     EXPECT_EQ(prepare_shards({paths[0]}, dir_ / "out", no_val, *tok_).documents, 1u);
     EXPECT_FALSE(fs::exists(dir_ / "out/val_000000.bin"));
+
+    // An input named like a shard in the output folder would be overwritten or removed: refused,
+    // under another spelling of the folder too, and the input left as it was.
+    const std::string shard_named = dir_.write("out/train_000000.bin", docs_[0] + "\n\n" + docs_[1]);
+    PrepareOptions split;
+    split.split_on_blank_lines = true;
+    for (const std::string& out : {dir_ / "out", dir_ / "out/../out"})
+        EXPECT_TRUE(mentions(error_of([&] { prepare_shards({shard_named}, out, split, *tok_); }),
+                             "is named like a shard in the output folder"));
+    EXPECT_EQ(read_bytes(shard_named), docs_[0] + "\n\n" + docs_[1]);
+    EXPECT_EQ(prepare_shards({shard_named}, dir_ / "elsewhere", split, *tok_).documents, 2u);
 }
 
 // llm.c's tinyshakespeare.py writes 32,768 val + 305,260 train tokens for this text: the same

@@ -11,7 +11,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "tokenizer.hpp"
 
 using codagpt::Tokenizer;
+using codagpt::test::read_bytes;
 using codagpt::test::ScopedEnv;
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -44,19 +44,13 @@ std::string locate_tokenizer_dir() {
     return "";
 }
 
-std::string read_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream contents;
-    contents << in.rdbuf();
-    return contents.str();
-}
 
 void write_file(const fs::path& path, const std::string& contents) {
     std::ofstream(path, std::ios::binary) << contents;
 }
 
 json read_fixture(const char* name) {
-    const std::string text = read_file(fs::path(CODAGPT_TEST_DATA) / name);
+    const std::string text = read_bytes(fs::path(CODAGPT_TEST_DATA) / name);
     if (text.empty()) throw std::runtime_error(std::string("missing fixture tests/data/") + name);
     return json::parse(text);
 }
@@ -173,7 +167,7 @@ std::string find_tinyshakespeare() {
     candidates.push_back(fs::path(CODAGPT_SOURCE_DIR) / "data" / "tinyshakespeare.txt");
     candidates.push_back(fs::path(CODAGPT_SOURCE_DIR) / ".." / "shared" / "data" / "tinyshakespeare.txt");
     for (const fs::path& p : candidates)
-        if (fs::is_regular_file(p)) return read_file(p);
+        if (fs::is_regular_file(p)) return read_bytes(p);
     return "";
 }
 
@@ -238,7 +232,7 @@ TEST_F(TokenizerTest, LoadErrorsNameTheFile) {
     expect_error((dir / "encoder.json").string());  // missing
     write_file(dir / "encoder.json", "{\"a\": 0,");
     expect_error((dir / "encoder.json").string() + ": not valid JSON");
-    write_file(dir / "encoder.json", read_file(fs::path(dir_) / "encoder.json"));
+    write_file(dir / "encoder.json", read_bytes(fs::path(dir_) / "encoder.json"));
     expect_error((dir / "vocab.bpe").string());  // missing
     write_file(dir / "vocab.bpe", "#version: 0.2\n\xC4\xA0 t\nt h e\n");
     expect_error((dir / "vocab.bpe").string() + ":3: expected two tokens");

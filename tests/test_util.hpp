@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,12 @@ namespace codagpt::test {
 // The same floats bit for bit (what "bit-identical" runs and resumes promise).
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A file's bytes ("" where it cannot be read).
+inline std::string read_bytes(const std::filesystem::path& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 // The message of the codagpt::Error that f throws; a test failure (and "") when it throws none.
