@@ -234,7 +234,8 @@ std::string plot_runs(const std::vector<std::string>& run_dirs, const std::strin
     for (const std::string& d : run_dirs)
         if (!fs::is_directory(d)) throw Error("no run directory " + d);
     const std::string path = out.empty() ? (fs::path(run_dirs[0]) / "metrics.svg").string() : out;
-    for (const std::string& d : run_dirs) check_not_overwriting(path, (fs::path(d) / "metrics.jsonl").string(), "the run log");
+    for (const std::string& d : run_dirs)
+        check_not_overwriting(path, (fs::path(d) / "metrics.jsonl").string(), "the run log");
 
     std::vector<std::string> names = labels;
     if (names.empty()) {

@@ -126,7 +126,8 @@ PrepareStats prepare_shards(const std::vector<std::string>& inputs, const std::s
         std::error_code ec;  // false, with ec set, where out_dir does not exist yet
         if (is_shard_name(p.filename()) && fs::equivalent(folder, out_dir, ec))
             throw Error("prepare: input " + one_line(path) + " is named like a shard in the output folder " +
-                        one_line(out_dir) + ", where prepare replaces or removes such files: move it or choose another --out");
+                        one_line(out_dir) +
+                        ", where prepare replaces or removes such files: move it or choose another --out");
     }
 
     std::vector<std::string> texts;
