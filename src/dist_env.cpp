@@ -1,5 +1,6 @@
 #include "dist_env.hpp"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -31,7 +32,7 @@ long parse_long(const std::string& what, const std::string& text, long lo, long 
     errno = 0;
     char* end = nullptr;
     const long v = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || errno == ERANGE || text[0] == ' ' || text[0] == '+')
+    if (text.empty() || *end != '\0' || errno == ERANGE || std::isspace((unsigned char)text[0]) || text[0] == '+')
         throw Error(what + " is not a whole number");
     if (v < lo || v > hi)
         throw Error(what + " is out of range (" + std::to_string(lo) + " to " + std::to_string(hi) + ")");
@@ -64,17 +65,22 @@ void check_group(const DistContext& c) {
         throw Error("node rank " + std::to_string(c.node_rank) + " is not below the node count " + std::to_string(c.nnodes) + from);
 }
 
-std::string scheduler_job(const Env& env) {
-    if (auto job = get(env, "SLURM_JOB_ID")) return "slurm:" + *job + "." + get(env, "SLURM_STEP_ID").value_or("");
+// `slurm`: whether Slurm's variables describe this process's job step. They do not for processes
+// mpirun starts inside a Slurm allocation: those inherit the variables of the steps that started
+// mpirun's daemons, which differ from node to node (a job key, step node list and port each node
+// would see differently), so an Open MPI rank group takes nothing from Slurm.
+std::string scheduler_job(const Env& env, bool slurm) {
+    if (auto job = get(env, "SLURM_JOB_ID"); job && slurm) return "slurm:" + *job + "." + get(env, "SLURM_STEP_ID").value_or("");
     if (auto job = first_of(env, {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"})) return "ompi:" + job->second;
     return "";
 }
 
 // The rendezvous address and timeout, shared by workers and launchers (precedence in the header).
-void fill_endpoint(const Env& env, int nnodes, std::string& addr, int& port, double& timeout_s) {
+void fill_endpoint(const Env& env, bool slurm, int nnodes, std::string& addr, int& port, double& timeout_s) {
+    const auto list = first_of(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"});
     if (auto a = get(env, "CODAGPT_MASTER_ADDR")) {
         addr = *a;
-    } else if (auto list = first_of(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"})) {
+    } else if (list && slurm) {
         addr = expand_slurm_nodelist(list->second).front();
     } else if (nnodes == 1) {
         addr = "127.0.0.1";
@@ -84,7 +90,7 @@ void fill_endpoint(const Env& env, int nnodes, std::string& addr, int& port, dou
     }
     if (get(env, "CODAGPT_MASTER_PORT"))
         port = int_var(env, "CODAGPT_MASTER_PORT", 1, 65535, 0);
-    else if (get(env, "SLURM_JOB_ID"))
+    else if (get(env, "SLURM_JOB_ID") && slurm)
         port = 29500 + (int)(parse_whole_number("SLURM_JOB_ID", *get(env, "SLURM_JOB_ID"), 0, 1L << 62) % 1000);
     else
         port = 29500;
@@ -117,6 +123,16 @@ DistContext dist_context_from(const Env& env) {
         c.local_world_size = int_var(env, "CODAGPT_LOCAL_WORLD_SIZE", 1, kMaxRanks, c.world_size);
         c.node_rank = int_var(env, "CODAGPT_NODE_RANK", 0, kMaxRanks, 0);
         c.nnodes = int_var(env, "CODAGPT_NNODES", 1, kMaxRanks, 1);
+    } else if (get(env, "OMPI_COMM_WORLD_RANK") && get(env, "OMPI_COMM_WORLD_SIZE")) {
+        c.source = "Open MPI";
+        const std::string why = "OMPI_COMM_WORLD_RANK is set";
+        c.world_size = int_var(env, "OMPI_COMM_WORLD_SIZE", 1, kMaxRanks, 1);
+        c.rank = int_var(env, "OMPI_COMM_WORLD_RANK", 0, kMaxRanks, 0);
+        c.local_rank = required_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", why, 0, kMaxRanks);
+        c.local_world_size = required_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", why, 1, kMaxRanks);
+        // Open MPI names no node index; with its default by-slot mapping, ranks fill nodes in order.
+        c.nnodes = (c.world_size + c.local_world_size - 1) / c.local_world_size;
+        c.node_rank = c.rank / c.local_world_size;
     } else if (auto ntasks = first_of(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}); ntasks && get(env, "SLURM_PROCID")) {
         c.source = "Slurm";
         const std::string why = "SLURM_PROCID is set";
@@ -131,25 +147,16 @@ DistContext dist_context_from(const Env& env) {
             c.local_world_size = slurm_tasks_on_node(per_node->second, c.node_rank);
         else
             c.local_world_size = (c.world_size + c.nnodes - 1) / c.nnodes;
-    } else if (get(env, "OMPI_COMM_WORLD_RANK") && get(env, "OMPI_COMM_WORLD_SIZE")) {
-        c.source = "Open MPI";
-        const std::string why = "OMPI_COMM_WORLD_RANK is set";
-        c.world_size = int_var(env, "OMPI_COMM_WORLD_SIZE", 1, kMaxRanks, 1);
-        c.rank = int_var(env, "OMPI_COMM_WORLD_RANK", 0, kMaxRanks, 0);
-        c.local_rank = required_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", why, 0, kMaxRanks);
-        c.local_world_size = required_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", why, 1, kMaxRanks);
-        // Open MPI names no node index; with its default by-slot mapping, ranks fill nodes in order.
-        c.nnodes = (c.world_size + c.local_world_size - 1) / c.local_world_size;
-        c.node_rank = c.rank / c.local_world_size;
     }
     check_group(c);
+    const bool slurm = c.source != "Open MPI";
     if (get(env, "CODAGPT_JOB_KEY"))
         c.job_key = *get(env, "CODAGPT_JOB_KEY");
     else
-        c.job_key = scheduler_job(env);
+        c.job_key = scheduler_job(env, slurm);
     c.ready_fd = int_var(env, "CODAGPT_READY_FD", 0, 1 << 30, -1);
     // One process needs no rendezvous, so no address: a stray CODAGPT_MASTER_ADDR must not fail it.
-    if (c.world_size > 1) fill_endpoint(env, c.nnodes, c.master_addr, c.master_port, c.start_timeout_s);
+    if (c.world_size > 1) fill_endpoint(env, slurm, c.nnodes, c.master_addr, c.master_port, c.start_timeout_s);
     return c;
 }
 
@@ -170,8 +177,8 @@ NodePlan node_plan_from(const Env& env) {
     }
     if (p.node_rank >= p.nnodes)
         throw Error("node rank " + std::to_string(p.node_rank) + " is not below the node count " + std::to_string(p.nnodes));
-    fill_endpoint(env, p.nnodes, p.master_addr, p.master_port, p.start_timeout_s);
-    p.scheduler_job = scheduler_job(env);
+    fill_endpoint(env, /*slurm=*/true, p.nnodes, p.master_addr, p.master_port, p.start_timeout_s);
+    p.scheduler_job = scheduler_job(env, /*slurm=*/true);
     return p;
 }
 

@@ -7,14 +7,17 @@
 //   1. CODAGPT_RANK / CODAGPT_WORLD_SIZE / CODAGPT_LOCAL_RANK / CODAGPT_LOCAL_WORLD_SIZE /
 //      CODAGPT_NODE_RANK / CODAGPT_NNODES (the launcher sets them for its workers; a launcher started
 //      by srun gives its workers these, which must win over the Slurm variables they also inherit)
-//   2. Slurm: SLURM_PROCID and SLURM_NTASKS both set (srun sets them for every task)
-//   3. Open MPI: OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE both set
+//   2. Open MPI: OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE both set (only mpirun's runtime
+//      sets them, so they win over the Slurm variables that mpirun's processes inherit inside a
+//      Slurm allocation, which describe the steps that started mpirun's daemons, not the ranks)
+//   3. Slurm: SLURM_PROCID and SLURM_NTASKS both set (srun sets them for every task)
 //   4. none: a single process, rank 0 of 1
 // The rank group is taken whole from one source, never mixed. For the rendezvous address:
 //   CODAGPT_MASTER_ADDR (or --master-addr) > the first host of SLURM_STEP_NODELIST (else
 //   SLURM_JOB_NODELIST) > 127.0.0.1 when the job is on one node > an error asking for --master-addr.
 //   CODAGPT_MASTER_PORT (or --master-port) > 29500 + SLURM_JOB_ID % 1000 under Slurm (two jobs
-//   sharing a node get different ports) > 29500.
+//   sharing a node get different ports) > 29500. An Open MPI rank group uses no Slurm variable
+//   here either (nor for the job key): mpirun's processes on different nodes see different ones.
 #pragma once
 #include <map>
 #include <string>

@@ -108,8 +108,10 @@ TEST(LauncherEnv, PrecedenceAndSources) {
                    {3, 8, 3, 4, 0, 2, "h0", 29500, "ompi:777", "Open MPI"}, "mpirun, two nodes");
     expect_context(with(with(kSlurm, kOmpi), kOurs), {2, 4, 0, 2, 1, 2, "head", 4000, "k", "CODAGPT_* variables"},
                    "the launcher's variables win over Slurm and Open MPI");
-    expect_context(with(kSlurm, kOmpi), {5, 8, 1, 4, 1, 2, "gpu03", 29734, "slurm:1234.0", "Slurm"},
-                   "Slurm wins over Open MPI");
+    // mpirun inside a Slurm allocation: its processes inherit Slurm variables that do not describe
+    // them (the steps that started mpirun's daemons); nothing is taken from those.
+    expect_context(with(kSlurm, kOmpi), {3, 4, 3, 4, 0, 1, "127.0.0.1", 29500, "ompi:777", "Open MPI"},
+                   "Open MPI wins over Slurm");
     expect_context(with(kSlurm, {{"CODAGPT_MASTER_ADDR", "10.0.0.1"}, {"CODAGPT_MASTER_PORT", "1234"}}),
                    {5, 8, 1, 4, 1, 2, "10.0.0.1", 1234, "slurm:1234.0", "Slurm"}, "flags win over the node list");
     // One process opens no socket, so a stray address variable does not fail it.
@@ -120,6 +122,9 @@ TEST(LauncherEnv, PrecedenceAndSources) {
 TEST(LauncherEnv, RefusesBadEnvironments) {
     const std::vector<std::pair<Env, std::string>> cases = {
         {with(kSlurm, {{"SLURM_PROCID", "abc"}}), "SLURM_PROCID=abc is not a whole number"},
+        {with(kSlurm, {{"SLURM_PROCID", "\t1"}}), "is not a whole number"},
+        {with(kSlurm, {{"SLURM_PROCID", "\n1"}}), "is not a whole number"},
+        {with(with(kSlurm, kOmpi), {{"OMPI_COMM_WORLD_SIZE", "8"}}), "--master-addr"},  // not Slurm's node list
         {with(kSlurm, {{"SLURM_PROCID", "8"}}), "rank 8 is not below the world size 8 (from Slurm)"},
         {with(kSlurm, {{"SLURM_LOCALID", ""}}), "SLURM_LOCALID is not set"},
         {with(kSlurm, {{"SLURM_JOB_NODELIST", "gpu[03-"}}), "unmatched '['"},
