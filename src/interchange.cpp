@@ -500,10 +500,15 @@ ModelWeights load_weights(const std::string& path) {
     return import_safetensors(path);
 }
 
+void check_reference_tokens(const ModelConfig& m, int T) {
+    if (T < 1 || T > m.max_seq_len)
+        throw Error("reference logits: T " + std::to_string(T) + " outside [1, " + std::to_string(m.max_seq_len) +
+                    "] (--reference-tokens, at most the model's max_seq_len)");
+}
+
 void write_reference_logits(const std::string& path, const ModelWeights& w, int T, uint64_t seed) {
     const ModelConfig& m = w.config;
-    if (T < 1 || T > m.max_seq_len)
-        throw Error("reference logits: T " + std::to_string(T) + " outside [1, " + std::to_string(m.max_seq_len) + "]");
+    check_reference_tokens(m, T);
     GPT2CPU<float> model(m);
     model.params = w.params;
     Rng rng(seed);

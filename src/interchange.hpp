@@ -56,6 +56,9 @@ ModelWeights load_weights(const std::string& path);
 // For checking an export elsewhere (scripts/check_hf_export.py): the CPU reference's logits for
 // one sequence of T tokens drawn uniformly from the vocabulary with Rng(seed). File: int32 B=1, T,
 // V; int32 tokens [T]; float32 logits [T, V] (the real vocabulary), little-endian.
+// Refuses (Error) a T the model cannot run: outside [1, max_seq_len]. export checks it before it
+// writes anything.
+void check_reference_tokens(const ModelConfig& m, int T);
 void write_reference_logits(const std::string& path, const ModelWeights& w, int T, uint64_t seed);
 
 constexpr int kLlmcModelMagic = 20240326;

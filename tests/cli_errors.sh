@@ -88,6 +88,17 @@ cmp -s "$narrow" "$tmp/weights.bin" || { echo "FAIL: export changed its --checkp
 mkdir -p "$tmp/run_log" && echo '{"step": 1, "loss": 10.0}' > "$tmp/run_log/metrics.jsonl"
 expect_error "refusing to write $tmp/run_log/metrics.jsonl: the same file as the run log" plot "$tmp/run_log" \
   -o "$tmp/run_log/metrics.jsonl"
+expect_error "T 100 outside [1, 64]" export --checkpoint "$narrow" --out "$tmp/n.st" --reference-logits "$tmp/n.logits" \
+  --reference-tokens 100
+[[ -e "$tmp/n.st" ]] && { echo "FAIL: export wrote $tmp/n.st before refusing --reference-tokens"; fails=$((fails + 1)); }
+# A result that cannot be written is a failure: eval's JSON into a full disk.
+total=$((total + 1))
+err=$("$bin" eval --device cpu --checkpoint "$narrow" --val_data "$shard" --json 2>&1 > /dev/full); rc=$?
+if [[ $rc -eq 0 || "$err" != *"cannot write standard output"* ]]; then
+  echo "FAIL: eval --json > /dev/full -> exit $rc: $err"; fails=$((fails + 1))
+else
+  echo "ok: eval --json > /dev/full -> $err"
+fi
 CODAGPT_DUMP=nodir expect_error "CODAGPT_DUMP must be DIR:LAYER[,LAYER...], got 'nodir'" train --device cpu
 CODAGPT_DUMP=/nonexistent:3 expect_error "CODAGPT_DUMP: no directory /nonexistent" train --device cpu
 echo "$((total - fails)) passed, $fails failed"
