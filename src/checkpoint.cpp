@@ -381,6 +381,15 @@ std::string latest_checkpoint(const std::string& out_dir) {
     return all.back().path;
 }
 
+std::string set_aside(const std::string& path) {
+    std::string aside = path + ".superseded";
+    for (int n = 2; fs::exists(aside); n++) aside = path + ".superseded." + std::to_string(n);
+    std::error_code ec;
+    fs::rename(path, aside, ec);
+    if (ec) throw Error("cannot move " + one_line(path) + " aside to " + one_line(aside) + ": " + ec.message());
+    return aside;
+}
+
 void prune_checkpoints(const std::string& out_dir, int step, int keep) {
     std::vector<CheckpointFile> older;
     for (const CheckpointFile& c : list_checkpoints(out_dir))

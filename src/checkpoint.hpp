@@ -74,6 +74,9 @@ struct CheckpointFile {
 std::vector<CheckpointFile> list_checkpoints(const std::string& out_dir);
 // The one with the highest step; throws Error when out_dir has none.
 std::string latest_checkpoint(const std::string& out_dir);
+// Renames checkpoint `path` to `path`.superseded (.superseded.2, .3, ... where taken), a name that
+// list_checkpoints and the pruning pass over, and returns the new path; Error where it cannot.
+std::string set_aside(const std::string& path);
 // Keeps the newest `keep` checkpoints of steps <= `step` (the one just written among them) and
 // deletes the older ones. Checkpoints of later steps (left by a run that went further before this
 // one resumed from an earlier checkpoint) are left alone; this run replaces them as it reaches them.

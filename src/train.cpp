@@ -269,13 +269,25 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         resume_path = opt.resume == "latest" ? latest_checkpoint(cfg.out_dir) : opt.resume;
         resume = load_checkpoint(resume_path);
         check_resumable(*resume, cfg, resume_path);
-    } else if (const std::vector<CheckpointFile> earlier = list_checkpoints(cfg.out_dir); !earlier.empty()) {
-        // A new run there would prune the earlier run's checkpoints, and `--resume latest` could then
-        // pick one of the earlier run's over this run's.
-        throw Error("out_dir " + one_line(cfg.out_dir) + " holds the checkpoints of an earlier run (newest " +
-                    one_line(fs::path(earlier.back().path).filename().string()) +
-                    "): continue it with --resume latest, or train into another out_dir");
     }
+    // The checkpoints out_dir holds must be this run's past: a run there prunes them, and `--resume
+    // latest` picks the newest. A new run, or one resumed from a checkpoint kept elsewhere, into a
+    // folder holding checkpoints is refused; one resumed from an earlier checkpoint of the folder
+    // sets its later ones aside when it starts (later_checkpoints).
+    const std::vector<CheckpointFile> in_out_dir = list_checkpoints(cfg.out_dir);
+    const bool resumes_from_out_dir = std::any_of(in_out_dir.begin(), in_out_dir.end(), [&](const CheckpointFile& c) {
+        std::error_code ec;
+        return fs::equivalent(c.path, resume_path, ec);
+    });
+    if (!in_out_dir.empty() && !resumes_from_out_dir)
+        throw Error("out_dir " + one_line(cfg.out_dir) + " holds the checkpoints of " +
+                    (resume ? "another run" : "an earlier run") + " (newest " +
+                    one_line(fs::path(in_out_dir.back().path).filename().string()) + "): " +
+                    (resume ? "resume " + one_line(resume_path) + " into another out_dir"
+                            : "continue it with --resume latest, or train into another out_dir"));
+    std::vector<CheckpointFile> later_checkpoints;
+    for (const CheckpointFile& c : in_out_dir)
+        if (resume && c.step > resume->step) later_checkpoints.push_back(c);
     const int first_step = resume ? resume->step : 0;
     // A step the run resumes past would never come: refused rather than running to cfg.steps.
     if (opt.stop_after > 0 && opt.stop_after <= first_step)
@@ -354,6 +366,13 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     std::optional<MetricsLog> metrics;
     if (lead) {
         create_folders(cfg.out_dir);
+        // A run resumed from an earlier checkpoint than the folder's newest leaves the steps after it:
+        // their checkpoints are moved aside (not deleted), so that --resume latest finds this run's.
+        for (const CheckpointFile& c : later_checkpoints) {
+            const std::string aside = set_aside(c.path);
+            std::fprintf(stderr, "codagpt: note: resuming at step %d: %s, of the steps this run redoes, moved to %s\n",
+                         first_step, c.path.c_str(), aside.c_str());
+        }
         // The folders of the files written late in the run, made now (a failure costs no steps).
         if (!opt.trace_kernels.empty()) create_parent_folders(opt.trace_kernels);
         if (!opt.bench_json.empty()) create_parent_folders(opt.bench_json);
@@ -623,8 +642,11 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     const StepEnergy::Summary steady_energy = step_energy ? step_energy->summary(skip) : StepEnergy::Summary{};
     const double energy_j_step = steady_energy.joules_per_step, power_w = steady_energy.watts;
     const double power_limit_w = energy ? energy->power_limit_w() : -1;
-    std::printf("done: %d steps in %.1f s | final train loss %.4f | val loss %.4f | %.0f tok/s", steps_run,
-                train_seconds, last_loss, val_loss, steps_run > 0 ? tokens_per_step * steps_run / train_seconds : 0.0);
+    if (steps_run > 0)
+        std::printf("done: %d steps in %.1f s | final train loss %.4f | val loss %.4f | %.0f tok/s", steps_run,
+                    train_seconds, last_loss, val_loss, tokens_per_step * steps_run / train_seconds);
+    else  // resumed at its last step
+        std::printf("done: no step left (resumed at step %d of %d) | val loss %.4f", first_step, cfg.steps, val_loss);
     if (memory_mib >= 0) std::printf(" | device memory %.0f MiB", memory_mib);
     if (std::isfinite(energy_j_step)) {
         std::printf(" | %.1f J/step at %.0f W", energy_j_step, power_w);

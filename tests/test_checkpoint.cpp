@@ -501,6 +501,35 @@ TEST_F(CheckpointTest, RefusedResumeOverwritesNothing) {
     EXPECT_NE(error_of([&] { run("empty", "latest"); }).find("no checkpoint ckpt_<step>.bin in"), std::string::npos);
 }
 
+// The checkpoints in out_dir are the run's own past: a new run there, or one resumed from a
+// checkpoint kept elsewhere, is refused; a run resumed from an earlier checkpoint of the folder
+// moves the later ones aside, so that --resume latest then finds its own and not the abandoned ones.
+TEST_F(CheckpointTest, OutDirHoldsOneRunsCheckpoints) {
+    cfg.steps = 8;
+    cfg.ckpt_every = 2;
+    cfg.ckpt_keep = 2;
+    ASSERT_EQ(run("a"), 0);
+    const std::string a = (dir / "a").string();
+    const std::string a8 = checkpoint_path(a, 8), a8_bytes = read_bytes(a8);
+    EXPECT_NE(error_of([&] { run("a"); }).find("holds the checkpoints of an earlier run (newest ckpt_8.bin)"),
+              std::string::npos);
+    ASSERT_EQ(run("b"), 0);
+    EXPECT_NE(error_of([&] { run("b", a8); }).find("holds the checkpoints of another run (newest ckpt_8.bin)"),
+              std::string::npos);
+
+    // Branch off at step 6 and stop at 7: ckpt_8 of the abandoned steps goes aside, whole.
+    ASSERT_EQ(run("a", checkpoint_path(a, 6), /*stop_after=*/7), 0);
+    EXPECT_EQ(latest_checkpoint(a), checkpoint_path(a, 7));
+    EXPECT_FALSE(fs::exists(a8));
+    EXPECT_EQ(read_bytes(a8 + ".superseded"), a8_bytes);
+    // ... and the run continues from its own step 7, to the same weights as a run that went on from
+    // step 6 without stopping.
+    ASSERT_EQ(run("c", checkpoint_path(a, 6)), 0);
+    ASSERT_EQ(run("a", "latest"), 0);
+    const Checkpoint branched = load_checkpoint(a8), straight = load_checkpoint(checkpoint_path((dir / "c").string(), 8));
+    EXPECT_TRUE(same_bits(branched.state.params, straight.state.params));
+}
+
 TEST_F(CheckpointTest, AFailedOrCrashedWriteLeavesThePreviousCheckpoint) {
     const fs::path out = dir / "w";
     fs::create_directories(out);
