@@ -106,6 +106,11 @@ void parse_metadata(const std::string& text, uint64_t data_bytes, Checkpoint& ck
             ck.loss_window = finite_numbers(w, "loss");
             ck.grad_norm_window = finite_numbers(w, "grad_norm");
         }
+        if (j.contains("bad_steps_in_a_row")) {
+            const uint64_t bad = unsigned_at(j, "bad_steps_in_a_row");
+            if (bad > step) throw Error("bad_steps_in_a_row " + std::to_string(bad) + " is more than the steps taken");
+            ck.bad_steps_in_a_row = int(bad);
+        }
 
         const json& table = j.at("tensors");
         if (!table.is_array()) throw Error("tensor table: \"tensors\" is not an array");
@@ -212,6 +217,7 @@ void write_checkpoint(const Checkpoint& ck, const std::function<void(const void*
                        {"train_loader",
                         {{"epoch", ck.train_loader.epoch}, {"next", ck.train_loader.next}, {"ranks", ck.data_ranks}}},
                        {"outlier_windows", {{"loss", ck.loss_window}, {"grad_norm", ck.grad_norm_window}}},
+                       {"bad_steps_in_a_row", ck.bad_steps_in_a_row},
                        {"tensors", table}};
     const std::string text = meta.dump();
     if (text.size() > std::numeric_limits<uint32_t>::max()) throw Error("checkpoint metadata is too large");

@@ -12,7 +12,8 @@
 //   "step": optimizer steps completed, "adamw_t": AdamW updates taken (bias correction),
 //   "train_loader": {"epoch", "next", "ranks"} (DataLoader::State of each of `ranks` data-parallel
 //   ranks; files without "ranks" are of one), "outlier_windows": {"loss": [...], "grad_norm": [...]}
-//   (the outlier guard's last values, oldest first; absent in older files), "tensors": [{"name",
+//   (the outlier guard's last values, oldest first; absent in older files), "bad_steps_in_a_row"
+//   (non-finite steps skipped just before it; absent in older files), "tensors": [{"name",
 //   "dtype": "f32", "offset", "size"}, ...]} with offset (from P) and size in bytes. The tensors are param.<name>
 //   (fp32 weights of record), then adam_m.<name>, then adam_v.<name>, each over param_layout(),
 //   contiguous. No random-generator state is needed: initialisation is a function of the seed, the
@@ -43,6 +44,9 @@ struct Checkpoint {
     // The outlier guard's windows (outlier_window.hpp): the last losses and gradient norms, oldest
     // first; empty in files written before they were kept.
     std::vector<double> loss_window, grad_norm_window;
+    // Steps skipped in a row just before it (max_bad_steps counts on across a resume); 0 in files
+    // written before it was kept.
+    int bad_steps_in_a_row = 0;
 };
 
 // Writes `ck` to `path` atomically (temporary file, fsync, rename): a crash or an error at any

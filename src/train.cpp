@@ -440,6 +440,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
 
     // The outlier guard's recent losses and gradient norms, as they stood at the checkpoint.
     OutlierWindow loss_window(cfg.outlier_window), norm_window(cfg.outlier_window);
+    // max_bad_steps: the non-finite steps skipped in a row, counted on across a resume.
+    int bad_in_a_row = resume ? resume->bad_steps_in_a_row : 0;
     if (resume) {
         loss_window.restore(resume->loss_window);
         norm_window.restore(resume->grad_norm_window);
@@ -452,7 +454,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         const auto t0 = clock::now();
         const std::string path = checkpoint_path(cfg.out_dir, steps_done);
         Checkpoint ck{cfg, steps_done, train_data.state(), model->save_state(), ranks, loss_window.values(),
-                      norm_window.values()};
+                      norm_window.values(), bad_in_a_row};
         if (!lead) return;
         save_checkpoint(path, ck);
         prune_checkpoints(cfg.out_dir, steps_done, cfg.ckpt_keep);
@@ -476,7 +478,6 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     const auto add_grad_norms = [&](nlohmann::json& line) {
         if (opt.grad_norms) line["grad_norms"] = tensor_grad_norms(model->gradients(), layout);
     };
-    int bad_in_a_row = 0;
     double avg_seconds = 0;  // for the live line
     // --trace-kernels: the last step this run takes (of cfg.steps, or --stop-after's), a steady one
     // (the first sets up libraries and caches; the GPU's clocks settle under its power limit).

@@ -166,6 +166,20 @@ TEST_F(Guards, MaxBadStepsInARowStopTheRun) {
     EXPECT_EQ(lines[3]["skipped"], "non-finite grad norm");
 }
 
+// max_bad_steps counts on across a resume: a run stopped inside a streak of bad steps and resumed
+// stops at the step where the uninterrupted run stops.
+TEST_F(Guards, BadStepsInARowCountAcrossAResume) {
+    cfg.ckpt_every = 100;  // the --stop-after checkpoint only
+    TrainOptions first = options({2}, {3});
+    first.stop_after = 3;
+    ASSERT_EQ(run_train(cfg, first), 0);
+    TrainOptions rest = options({1}, {});  // the resumed run's first step is step 4
+    rest.resume = "latest";
+    const std::string msg = test::error_of([&] { run_train(cfg, rest); });
+    EXPECT_TRUE(test::mentions(msg, "stopping at step 4"));
+    EXPECT_TRUE(test::mentions(msg, "3 steps in a row"));
+}
+
 TEST_F(Guards, MaxBadStepsIsAValidatedConfigKey) {
     cfg.max_bad_steps = 1;
     EXPECT_TRUE(test::mentions(test::error_of([&] { run_train(cfg, options({5}, {})); }), "stopping at step 5"));
