@@ -340,9 +340,12 @@ void check_resumable(const Checkpoint& ck, const TrainConfig& cfg, const std::st
                             std::to_string(cfg.steps) + ")");
 }
 
-DataLoader::State loader_state_for(const Checkpoint& ck, int ranks) {
+DataLoader::State loader_state_for(const Checkpoint& ck, int ranks, int micro_steps, uint64_t windows_per_rank) {
     if (ranks < 1) throw Error("loader_state_for: rank count " + std::to_string(ranks) + " is not positive");
-    return {ck.train_loader.epoch, ck.train_loader.next * uint64_t(ck.data_ranks) / uint64_t(ranks)};
+    if (micro_steps < 1) throw Error("loader_state_for: micro-steps " + std::to_string(micro_steps) + " is not positive");
+    uint64_t next = ck.train_loader.next * uint64_t(ck.data_ranks) / uint64_t(ranks);
+    next -= next % uint64_t(micro_steps);
+    return {ck.train_loader.epoch, std::min(next, windows_per_rank)};
 }
 
 std::string checkpoint_path(const std::string& out_dir, int step) {

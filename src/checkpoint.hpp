@@ -63,11 +63,14 @@ Checkpoint load_checkpoint(const std::string& path);
 // beyond cfg.steps. Other keys (steps, lr, eval cadence, paths, ...) may change on resume.
 void check_resumable(const Checkpoint& ck, const TrainConfig& cfg, const std::string& path);
 
-// The data position of `ck` for a run on `ranks` ranks (resuming on another rank count): the same
+// The data position of `ck` for a run on `ranks` ranks of `micro_steps` micro-batches a step, whose
+// share of an epoch is `windows_per_rank` (resuming on another rank count or grad_accum): the same
 // epoch, and the windows the writing run's ranks had taken (data_ranks x next positions of the
-// epoch's order) shared out again, each rank continuing after its share, rounded down (when the
-// counts do not divide, a few windows are seen twice). The same rank count keeps the position.
-DataLoader::State loader_state_for(const Checkpoint& ck, int ranks);
+// epoch's order) shared out again, each rank continuing after its share, rounded down to a whole
+// optimizer step (when the counts do not divide, a few windows are seen twice); a position past
+// the new share (the writing run was in the tail of the epoch that this split leaves out) is the
+// epoch's end. The same ranks and micro-batches keep the position.
+DataLoader::State loader_state_for(const Checkpoint& ck, int ranks, int micro_steps, uint64_t windows_per_rank);
 // out_dir/ckpt_<step>.bin
 std::string checkpoint_path(const std::string& out_dir, int step);
 // The checkpoints in out_dir (files named exactly ckpt_<step>.bin), ordered by step.

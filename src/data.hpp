@@ -34,7 +34,9 @@ std::vector<std::string> glob_shards(const std::string& pattern);
 // lockstep and every split of a step's windows over ranks and micro-batches wraps to the next
 // epoch at the same step: without shuffle, R ranks x A micro-batches of B sequences read the same
 // tokens each step as one rank with one batch of R A B (with shuffle the windows themselves depend
-// on B). After its share, a rank continues with the next epoch.
+// on B), as long as each shard's count of windows of B is a multiple of R A (a window of R A B
+// never crosses shards, while R A windows of B can: past the first shard whose count is not, the
+// splits read different tokens). After its share, a rank continues with the next epoch.
 // Tokens are read from the files per batch (shards can be larger than memory); headers and sizes
 // are checked up front, token ids as they are read.
 class DataLoader {

@@ -300,7 +300,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // ---- data: bad shards fail before any memory is taken
     DataLoader train_data(cfg.train_data, B, T, dist.rank, ranks, cfg.shuffle, cfg.seed, mc.vocab_size, cfg.grad_accum);
     DataLoader val_data(cfg.val_data, B, T, dist.rank, ranks, /*shuffle=*/false, cfg.seed, mc.vocab_size);
-    if (resume) train_data.set_state(loader_state_for(*resume, ranks));
+    if (resume) train_data.set_state(loader_state_for(*resume, ranks, cfg.grad_accum, train_data.windows_per_rank()));
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
 
     // ---- samples and HellaSwag: the text codec, the prompt's tokens and the items, checked before

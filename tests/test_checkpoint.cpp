@@ -530,6 +530,20 @@ TEST_F(CheckpointTest, OutDirHoldsOneRunsCheckpoints) {
     EXPECT_TRUE(same_bits(branched.state.params, straight.state.params));
 }
 
+// A resume with another grad_accum (or rank count) whose share of an epoch is shorter than the
+// position the first run had reached: the run goes on with the next epoch instead of refusing it.
+TEST_F(CheckpointTest, ResumesWithAnotherGradAccumInAnEpochsTail) {
+    cfg.steps = 20;
+    cfg.ckpt_every = 20;
+    cfg.grad_accum = 2;
+    ASSERT_EQ(run("g", "", /*stop_after=*/15), 0);  // 30 of the 31 windows of epoch 0 taken
+    cfg.grad_accum = 4;                             // a share of 28 windows an epoch
+    ASSERT_EQ(run("g", "latest"), 0);
+    const Checkpoint end = load_checkpoint(checkpoint_path((dir / "g").string(), 20));
+    EXPECT_EQ(end.train_loader.epoch, 1u);
+    EXPECT_EQ(end.train_loader.next, 5u * 4);  // steps 16 ... 20, from the start of epoch 1
+}
+
 TEST_F(CheckpointTest, AFailedOrCrashedWriteLeavesThePreviousCheckpoint) {
     const fs::path out = dir / "w";
     fs::create_directories(out);

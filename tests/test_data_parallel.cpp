@@ -21,12 +21,19 @@ TEST(DataParallelResume, LoaderPositionIsSharedOutAgain) {
     Checkpoint ck;
     ck.train_loader = {3, 10};
     ck.data_ranks = 4;  // 40 windows of epoch 3 taken
-    EXPECT_EQ(loader_state_for(ck, 4).next, 10u);  // the same rank count keeps the position
-    EXPECT_EQ(loader_state_for(ck, 4).epoch, 3u);
-    EXPECT_EQ(loader_state_for(ck, 8).next, 5u);
-    EXPECT_EQ(loader_state_for(ck, 1).next, 40u);
-    EXPECT_EQ(loader_state_for(ck, 3).next, 13u);  // 39 of the 40, rounded down
-    EXPECT_NE(error_of([&] { loader_state_for(ck, 0); }).find("not positive"), std::string::npos);
+    EXPECT_EQ(loader_state_for(ck, 4, 1, 100).next, 10u);  // the same rank count keeps the position
+    EXPECT_EQ(loader_state_for(ck, 4, 1, 100).epoch, 3u);
+    EXPECT_EQ(loader_state_for(ck, 4, 2, 100).next, 10u);
+    EXPECT_EQ(loader_state_for(ck, 8, 1, 100).next, 5u);
+    EXPECT_EQ(loader_state_for(ck, 1, 1, 100).next, 40u);
+    EXPECT_EQ(loader_state_for(ck, 3, 1, 100).next, 13u);  // 39 of the 40, rounded down
+    EXPECT_EQ(loader_state_for(ck, 3, 2, 100).next, 12u);  // ... to a whole step of 2 micro-batches
+    EXPECT_EQ(loader_state_for(ck, 4, 3, 100).next, 9u);   // grad_accum 3 on resume
+    // Past the new split's share of the epoch (its tail, which that split leaves out): the epoch's end.
+    EXPECT_EQ(loader_state_for(ck, 2, 1, 18).next, 18u);
+    EXPECT_EQ(loader_state_for(ck, 2, 1, 18).epoch, 3u);
+    EXPECT_NE(error_of([&] { loader_state_for(ck, 0, 1, 100); }).find("not positive"), std::string::npos);
+    EXPECT_NE(error_of([&] { loader_state_for(ck, 4, 0, 100); }).find("not positive"), std::string::npos);
 }
 
 TEST(DataParallelResume, CheckpointKeepsTheRankCount) {
