@@ -173,6 +173,12 @@ struct ChildPlan {
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) ::sigaction(sig, &dfl, nullptr);
+    // Its own process group is never the terminal's foreground one: under `stty tostop` rank 0's
+    // writes to the launcher's terminal would stop it (SIGTTOU) and hang the job; ignored, they go
+    // through. (Its stdin is /dev/null, so SIGTTIN cannot come.)
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    ::sigaction(SIGTTOU, &ign, nullptr);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
