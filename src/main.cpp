@@ -136,7 +136,9 @@ int main(int argc, char** argv) {
     prepare->add_option("--val-fraction", prepare_opt.val_fraction,
                         "Share of tokens (leading documents) for validation")
         ->capture_default_str();
-    prepare->add_option("--shard-tokens", prepare_opt.shard_tokens, "Tokens per shard file")->capture_default_str();
+    prepare->add_option("--shard-tokens", prepare_opt.shard_tokens, "Tokens per shard file")
+        ->check(kNonNegative)
+        ->capture_default_str();
     prepare->add_flag("--split-on-blank-lines", prepare_opt.split_on_blank_lines,
                       "Treat every blank-line-separated section as its own document (llm.c's TinyShakespeare)");
 #endif
@@ -176,7 +178,9 @@ int main(int argc, char** argv) {
     sample_cmd->add_option("--top-k", sample_opt.top_k, "Sample among the K likeliest tokens; 0: all")
         ->check(kNonNegative)
         ->capture_default_str();
-    sample_cmd->add_option("--seed", sample_opt.seed, "Random seed (same seed, same text)")->capture_default_str();
+    sample_cmd->add_option("--seed", sample_opt.seed, "Random seed (same seed, same text)")
+        ->check(kNonNegative)
+        ->capture_default_str();
     sample_cmd->add_option("--device", sample_device, "auto (GPU when present), cpu or cuda (bf16 weights)")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
         ->capture_default_str();

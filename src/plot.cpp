@@ -26,6 +26,8 @@ MetricsSeries read_metrics(const std::string& path) {
         ++line_no;
         if (line.empty()) continue;
         const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        // A last line without its newline is one a killed run was writing (the resumed run drops it too).
+        if (j.is_discarded() && in.eof()) break;
         if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer())
             throw Error(path + ":" + std::to_string(line_no) + ": not a metrics record (a JSON object with an integer \"step\")");
         ++records;
@@ -90,6 +92,14 @@ struct Axis {
         lo = std::floor(a / step) * step;
         hi = std::ceil(b / step) * step;
     }
+    // lo, lo + step, ... hi, counted (values a few roundings apart give a step that adding to lo
+    // cannot move it by).
+    std::vector<double> ticks() const {
+        std::vector<double> t;
+        const long n = std::lround((hi - lo) / step);
+        for (long i = 0; i <= std::min(n, 100L); i++) t.push_back(lo + i * step);
+        return t;
+    }
 };
 
 using Series = std::vector<std::pair<double, double>>;
@@ -126,14 +136,14 @@ void draw_panel(std::string& svg, const Panel& p, const Axis& xa, const std::vec
     svg += "<g class=\"panel\">\n";
     svg += "<rect x=\"" + num(p.x0) + "\" y=\"" + num(p.y0) + "\" width=\"" + num(p.w) + "\" height=\"" + num(p.h) +
            "\" fill=\"none\" stroke=\"#444\"/>\n";
-    for (double t = xa.lo; t <= xa.hi + xa.step / 2; t += xa.step) {
+    for (const double t : xa.ticks()) {
         const std::string x = num(X(t));
         svg += "<line x1=\"" + x + "\" y1=\"" + num(p.y0 + p.h) + "\" x2=\"" + x + "\" y2=\"" + num(p.y0 + p.h + 5) +
                "\" stroke=\"#444\"/>\n";
         svg += "<text x=\"" + x + "\" y=\"" + num(p.y0 + p.h + 18) + "\" text-anchor=\"middle\">" +
                tick_label(t, xa.step) + "</text>\n";
     }
-    for (double t = ya.lo; t <= ya.hi + ya.step / 2; t += ya.step) {
+    for (const double t : ya.ticks()) {
         const std::string y = num(Y(t));
         svg += "<line x1=\"" + num(p.x0 - 5) + "\" y1=\"" + y + "\" x2=\"" + num(p.x0 + p.w) + "\" y2=\"" + y +
                "\" stroke=\"#ddd\"/>\n";
@@ -145,6 +155,12 @@ void draw_panel(std::string& svg, const Panel& p, const Axis& xa, const std::vec
            ") rotate(-90)\" text-anchor=\"middle\">" + xml_escape(ylabel) + "</text>\n";
     for (const Line& l : lines) {
         if (l.points->empty()) continue;
+        if (l.points->size() == 1) {  // a polyline of one point draws nothing: a dot instead
+            const auto [x, y] = l.points->front();
+            svg += "<circle class=\"" + l.cls + "\" cx=\"" + num(X(x)) + "\" cy=\"" + num(Y(y)) + "\" r=\"3\" fill=\"" +
+                   l.color + "\"/>\n";
+            continue;
+        }
         svg += "<polyline class=\"" + l.cls + "\"" + (l.label.empty() ? "" : " data-label=\"" + xml_escape(l.label) + "\"") +
                " fill=\"none\"" + stroke(l.color, "1.5", l.dashed) + " points=\"";
         for (const auto& [x, y] : *l.points) svg += num(X(x)) + "," + num(Y(y)) + " ";

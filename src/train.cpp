@@ -44,14 +44,16 @@ namespace {
 // lines a crashed run wrote after that checkpoint are dropped, as the resumed run redoes them.
 class MetricsLog {
 public:
-    MetricsLog(const fs::path& path, std::optional<int> resume_step) {
+    MetricsLog(const fs::path& path, std::optional<int> resume_step) : path_(path.string()) {
         if (resume_step) keep_lines_before(path, *resume_step);
         f_.open(path, resume_step ? std::ios::app : std::ios::trunc);
-        if (!f_) throw Error("cannot open metrics file " + path.string());
+        if (!f_) throw Error("cannot open metrics file " + path_);
     }
     // Invalid UTF-8 (a sample may end inside a character) becomes U+FFFD instead of an exception.
+    // A line that cannot be written (a full disk) stops the run: its log is its record.
     void write(const nlohmann::json& j) {
         f_ << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n' << std::flush;
+        if (!f_) throw Error("cannot write metrics file " + path_ + " (disk full?)");
     }
 
 private:
@@ -68,6 +70,7 @@ private:
         }
         write_file_atomic(path.string(), kept);
     }
+    std::string path_;
     std::ofstream f_;
 };
 

@@ -49,6 +49,8 @@ expect_error "--stop-after: must be >= 0, got -1 (see --help)" train --stop-afte
 if "$bin" sample --help > /dev/null 2>&1; then  # builds with the tokenizer
   expect_error "--temperature: must be >= 0, got -0.5 (see --help)" sample --checkpoint x --temperature -0.5
   expect_error "--top-k: expected a number, got many" sample --checkpoint x --top-k many
+  expect_error "--seed: must be >= 0, got -1" sample --checkpoint x --seed -1
+  expect_error "--shard-tokens: must be >= 0, got -5" prepare --input configs/gpt2-tiny.json --out "$tmp/p" --shard-tokens -5
   expect_error "cannot open HellaSwag file /nonexistent/hs.jsonl" eval --device cpu --checkpoint "$narrow" --hellaswag_data /nonexistent/hs.jsonl
 fi
 expect_error "sample_every: must be >= 0" train --sample_every -1
@@ -80,6 +82,10 @@ expect_error "out_dir $tmp/earlier holds the checkpoints of an earlier run (newe
   --train_data "$shard" --val_data "$shard" --out_dir "$tmp/earlier"
 [[ "$(cat "$tmp/earlier/ckpt_3.bin")" == "an earlier run's checkpoint" && ! -e "$tmp/earlier/metrics.jsonl" ]] ||
   { echo "FAIL: the refused run touched $tmp/earlier"; fails=$((fails + 1)); }
+# A run whose log cannot be written stops with the reason.
+mkdir -p "$tmp/full_run" && ln -s /dev/full "$tmp/full_run/metrics.jsonl"
+expect_error "cannot write metrics file $tmp/full_run/metrics.jsonl" train --device cpu -q --eval_every 0 --train_data "$shard" \
+  --val_data "$shard" --out_dir "$tmp/full_run"
 # An output over the file it is made from is refused, and that file kept.
 cp "$narrow" "$tmp/weights.bin"
 expect_error "refusing to write $tmp/./weights.bin: the same file as --checkpoint $tmp/weights.bin" export \

@@ -154,8 +154,21 @@ TEST_F(Plot, OnePointAndNoValidationStillDraw) {
     write_metrics("{\"step\":1,\"loss\":3.5,\"tok_s\":100}\n");
     const std::string svg = read(plot_runs({dir.string()}));
     balanced_tags(svg);
-    EXPECT_EQ(polyline_points(svg, "loss"), 1);
+    // A polyline of one point draws nothing: one point is a dot.
+    EXPECT_EQ(polyline_points(svg, "loss"), -1);
+    EXPECT_NE(svg.find("<circle class=\"loss\""), std::string::npos);
+    EXPECT_NE(svg.find("<circle class=\"tok_s\""), std::string::npos);
     EXPECT_EQ(polyline_points(svg, "val_loss"), -1);
+    EXPECT_EQ(svg.find("<circle class=\"val_loss\""), std::string::npos);
+}
+
+// The last line of a run killed while writing it (no newline, cut short) is left out, as a resumed
+// run leaves it out; values a few roundings apart still get a finite axis.
+TEST_F(Plot, TornLastLineAndNearlyEqualValues) {
+    write_metrics("{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.5000000000000004}\n{\"step\":3,\"lo");
+    const std::string svg = read(plot_runs({dir.string()}));
+    balanced_tags(svg);
+    EXPECT_EQ(polyline_points(svg, "loss"), 2);
 }
 
 TEST_F(Plot, RefusesMissingEmptyAndGarbledMetrics) {
@@ -167,7 +180,7 @@ TEST_F(Plot, RefusesMissingEmptyAndGarbledMetrics) {
     refused("cannot read metrics file");
     write_metrics("");
     refused("is empty");
-    write_metrics("{\"step\":1,\"loss\":3.5}\n{\"step\":2,\"lo");
+    write_metrics("{\"step\":1,\"loss\":3.5}\n{\"step\":2,\"lo\n{\"step\":3,\"loss\":3.4}\n");
     refused("metrics.jsonl:2: not a metrics record");
     write_metrics("[1,2]\n");
     refused("metrics.jsonl:1: not a metrics record");
