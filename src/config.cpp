@@ -172,7 +172,7 @@ const std::vector<ConfigKey>& config_schema() {
             [](auto& c) { return &c.model.vocab_size; }),
         key("train_data", "glob of llm.c-format training shards", [](auto& c) { return &c.train_data; }),
         key("val_data", "glob of llm.c-format validation shards", [](auto& c) { return &c.val_data; }),
-        key("out_dir", "folder for logs and checkpoints", [](auto& c) { return &c.out_dir; }),
+        key("out_dir", "folder for logs and checkpoints (in a config without it: runs/<name>)", [](auto& c) { return &c.out_dir; }),
         key("shuffle", "visit training windows in a seeded random order each epoch",
             [](auto& c) { return &c.shuffle; }),
         key("batch_size", "sequences per micro-batch (per process)", [](auto& c) { return &c.batch_size; }),
@@ -180,7 +180,8 @@ const std::vector<ConfigKey>& config_schema() {
         key("grad_accum", "micro-batches accumulated per optimizer step", [](auto& c) { return &c.grad_accum; }),
         key("steps", "optimizer steps", [](auto& c) { return &c.steps; }),
         key("lr", "peak learning rate (AdamW)", [](auto& c) { return &c.lr; }),
-        key("min_lr_frac", "learning rate at the last step, as a fraction of lr (not for the constant schedule)",
+        key("min_lr_frac", "learning rate at the last step, as a fraction of lr (not for the constant schedule; a run of no more "
+            "steps than warmup_steps ends still warming up)",
             [](auto& c) { return &c.min_lr_frac; }),
         key("warmup_steps", "steps of linear learning-rate warmup", [](auto& c) { return &c.warmup_steps; }),
         key("lr_schedule",
@@ -294,6 +295,12 @@ TrainConfig config_from_json(const json& j) {
     if (!j.is_object()) throw Error("a config must be a JSON object of \"key\": value, got " + describe(j));
     TrainConfig c;
     for (const auto& item : j.items()) read_value(find_key(item.key()), c, item.value());
+    // A config that names no folder writes into one of its own, not into gpt2-tiny's.
+    if (!j.contains("out_dir")) {
+        std::string folder = c.name;
+        std::replace(folder.begin(), folder.end(), '/', '_');
+        c.out_dir = "runs/" + (folder.empty() || folder == "." || folder == ".." ? "unnamed" : folder);
+    }
     validate(c);
     return c;
 }

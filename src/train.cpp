@@ -282,6 +282,10 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         std::error_code ec;
         return fs::equivalent(c.path, resume_path, ec);
     });
+    // Nor may a run resumed from elsewhere append to another run's log (kept up to its own step).
+    if (resume && !resumes_from_out_dir && in_out_dir.empty() && fs::exists(fs::path(cfg.out_dir) / "metrics.jsonl"))
+        throw Error("out_dir " + one_line(cfg.out_dir) + " holds the log of another run (metrics.jsonl): resume " +
+                    one_line(resume_path) + " into another out_dir");
     if (!in_out_dir.empty() && !resumes_from_out_dir)
         throw Error("out_dir " + one_line(cfg.out_dir) + " holds the checkpoints of " +
                     (resume ? "another run" : "an earlier run") + " (newest " +

@@ -516,6 +516,11 @@ TEST_F(CheckpointTest, OutDirHoldsOneRunsCheckpoints) {
     ASSERT_EQ(run("b"), 0);
     EXPECT_NE(error_of([&] { run("b", a8); }).find("holds the checkpoints of another run (newest ckpt_8.bin)"),
               std::string::npos);
+    fs::create_directories(dir / "log_only");
+    write_bytes(dir / "log_only" / "metrics.jsonl", "{\"step\": 1, \"loss\": 5.0}\n");
+    EXPECT_NE(error_of([&] { run("log_only", a8); }).find("holds the log of another run (metrics.jsonl)"),
+              std::string::npos);
+    EXPECT_EQ(read_bytes(dir / "log_only" / "metrics.jsonl"), "{\"step\": 1, \"loss\": 5.0}\n");
 
     // Branch off at step 6 and stop at 7: ckpt_8 of the abandoned steps goes aside, whole.
     ASSERT_EQ(run("a", checkpoint_path(a, 6), /*stop_after=*/7), 0);

@@ -123,6 +123,14 @@ TEST(Config, MissingKeysKeepDefaults) {
     EXPECT_EQ(c.model.n_layer, TrainConfig{}.model.n_layer);
 }
 
+// A config without out_dir writes into runs/<name>, not into the default config's folder.
+TEST(Config, OutDirDefaultsToTheConfigsName) {
+    EXPECT_EQ(config_from_json(json{{"name", "mine"}}).out_dir, "runs/mine");
+    EXPECT_EQ(config_from_json(json{{"name", "a/b"}}).out_dir, "runs/a_b");
+    EXPECT_EQ(config_from_json(json{{"name", ".."}}).out_dir, "runs/unnamed");
+    EXPECT_EQ(config_from_json(json{{"name", "mine"}, {"out_dir", "elsewhere"}}).out_dir, "elsewhere");
+}
+
 TEST(Config, UnknownKeyIsNamedWithSuggestion) {
     const std::string msg = error_of([] { config_from_json(defaults_with({{"n_layers", 2}})); });
     EXPECT_NE(msg.find("'n_layers'"), std::string::npos) << msg;
