@@ -318,19 +318,23 @@ struct Row {
     double ratio;  // median of the rounds' ours / reference times
 };
 
-struct Bench {
+// The command line, read before anything touches the GPU: a bad option gets its error line on any machine.
+struct Options {
+    std::string json, only, model = "1.5b";
+    int reps = 30;
+    bool sweep = false, programs = true, ablate = false;  // programs: the fused programs and passes (--no-fused: off)
+    double energy_seconds = 0;
+};
+
+// The options (model: the fused programs', the ladders' and --energy's shapes), and what a run keeps.
+struct Bench : Options {
+    explicit Bench(const Options& o) : Options(o) {}
     Matmul mm;
-    // From the command line (Options): --reps, --sweep, and --model, the fused programs', the
-    // ladders' and --energy's shapes.
-    int reps = 0;
-    bool sweep = false;
-    std::string model;
-    std::string json, command, gpu;
+    std::string command, gpu;
     long l2_bytes = 0;
     std::vector<Row> plain_rows, fused_rows;
     FILE* log = stdout;
     int failures = 0;
-    double energy_seconds = 0;           // --energy: how long each contender runs back to back
     std::unique_ptr<GpuEnergy> meter;    // NVML's energy counter, where --energy asked for it
 
     // A contender back to back for about energy_seconds (est_ms: a call's time in the timed rounds).
@@ -737,14 +741,6 @@ double speed_geomean(const std::vector<Row>& rows) {
     return rows.empty() ? NAN : std::exp(s / rows.size());
 }
 
-// The command line, read before anything touches the GPU: a bad option gets its error line on any machine.
-struct Options {
-    std::string json, only, model = "1.5b";
-    int reps = 30;
-    bool sweep = false, fused = true, ablate = false;
-    double energy_seconds = 0;
-};
-
 Options parse_options(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; i++) {
@@ -757,7 +753,7 @@ Options parse_options(int argc, char** argv) {
         else if (a == "--reps") o.reps = (int)bench::number_option(a, next(), 1, /*integer=*/true);
         else if (a == "--sweep") o.sweep = true;
         else if (a == "--only") o.only = next();
-        else if (a == "--no-fused") o.fused = false;
+        else if (a == "--no-fused") o.programs = false;
         else if (a == "--energy") o.energy_seconds = bench::number_option(a, next(), 0);
         else if (a == "--ablate") o.ablate = true;
         else if (a == "--model") o.model = next();
@@ -783,12 +779,7 @@ int run(int argc, char** argv) {
         fprintf(stderr, "bench_gemm: needs a compute capability 9.0 GPU and a build with sm_90a\n");
         return 77;
     }
-    Bench bench;
-    bench.json = o.json;
-    bench.reps = o.reps;
-    bench.sweep = o.sweep;
-    bench.model = o.model;
-    bench.energy_seconds = o.energy_seconds;
+    Bench bench(o);
     if (bench.energy_seconds > 0) {
         bench.meter = GpuEnergy::open();
         if (!bench.meter) throw Error("--energy needs NVML's energy counter (libnvidia-ml.so.1)");
@@ -810,7 +801,7 @@ int run(int argc, char** argv) {
            "cublas ms", "ratio", "TFLOP/s");
     for (const Shape& s : training_shapes())
         if (o.only.empty() || (s.model + " " + s.name).find(o.only) != std::string::npos) bench.plain(s);
-    if (o.fused) {
+    if (o.programs) {
         const std::string title = "fused program (" + bench.model + " shape)";
         printf("\n%-36s %9s %9s %6s\n", title.c_str(), "ms", "plain ms", "ratio");
         bench.fused_programs();

@@ -390,6 +390,35 @@ std::string latest_checkpoint(const std::string& out_dir) {
     return all.back().path;
 }
 
+std::vector<CheckpointFile> check_run_folder(const std::string& out_dir, const std::string& log,
+                                             const std::string& resume_path, std::optional<int> resume_step) {
+    const std::vector<CheckpointFile> held = list_checkpoints(out_dir);
+    const bool resumes_from_here = std::any_of(held.begin(), held.end(), [&](const CheckpointFile& c) {
+        std::error_code ec;
+        return fs::equivalent(c.path, resume_path, ec);
+    });
+    const std::string where = "out_dir " + one_line(out_dir);
+    if (!resume_step) {
+        if (!held.empty())
+            throw Error(where + " holds the checkpoints of an earlier run (newest " +
+                        fs::path(held.back().path).filename().string() +
+                        "): continue it with --resume latest, or train into another out_dir");
+        return {};
+    }
+    if (!resumes_from_here) {
+        const std::string elsewhere = ": resume " + one_line(resume_path) + " into another out_dir";
+        if (!held.empty())
+            throw Error(where + " holds the checkpoints of another run (newest " +
+                        fs::path(held.back().path).filename().string() + ")" + elsewhere);
+        if (fs::exists(log)) throw Error(where + " holds the log of another run (" + fs::path(log).filename().string() + ")" + elsewhere);
+        return {};
+    }
+    std::vector<CheckpointFile> later;
+    for (const CheckpointFile& c : held)
+        if (c.step > *resume_step) later.push_back(c);
+    return later;
+}
+
 std::string set_aside(const std::string& path) {
     std::string aside = path + ".superseded";
     for (int n = 2; fs::exists(aside); n++) aside = path + ".superseded." + std::to_string(n);

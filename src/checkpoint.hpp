@@ -21,6 +21,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,12 +82,18 @@ struct CheckpointFile {
 std::vector<CheckpointFile> list_checkpoints(const std::string& out_dir);
 // The one with the highest step; throws Error when out_dir has none.
 std::string latest_checkpoint(const std::string& out_dir);
+// The checkpoints in out_dir are one run's: a run prunes them, and `--resume latest` picks the
+// newest. Refuses (Error) a new run (no resume_step) into a folder holding checkpoints, and a run
+// resumed from a checkpoint outside it (resume_path none of them) into one holding checkpoints or
+// the run log `log`. Returns the checkpoints after the one resumed from: steps the run redoes,
+// which it sets aside when it starts. Reads only.
+std::vector<CheckpointFile> check_run_folder(const std::string& out_dir, const std::string& log,
+                                             const std::string& resume_path, std::optional<int> resume_step);
 // Renames checkpoint `path` to `path`.superseded (.superseded.2, .3, ... where taken), a name that
 // list_checkpoints and the pruning pass over, and returns the new path; Error where it cannot.
 std::string set_aside(const std::string& path);
 // Keeps the newest `keep` checkpoints of steps <= `step` (the one just written among them) and
-// deletes the older ones. Checkpoints of later steps (left by a run that went further before this
-// one resumed from an earlier checkpoint) are left alone; this run replaces them as it reaches them.
+// deletes the older ones (later ones are none of this run's: check_run_folder had them set aside).
 // Also deletes the temporary files of checkpoint writes (ckpt_<step>.bin.tmp.<pid>) whose writer no
 // longer runs on this host: a process killed mid-write leaves one, as large as a checkpoint.
 void prune_checkpoints(const std::string& out_dir, int step, int keep);

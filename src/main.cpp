@@ -40,7 +40,7 @@ const CLI::Validator kNonNegative(
     "NONNEGATIVE");
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_main(int argc, char** argv) {
     using namespace codagpt;
     // `train --nproc-per-node N`: this process becomes the launcher of N workers (launcher.hpp).
     if (const std::optional<int> rc = run_launcher_if_requested(argc, argv)) return *rc;
@@ -215,108 +215,110 @@ int main(int argc, char** argv) {
                           [tok](const std::vector<int>& ids) { return tok->decode(ids); }};
     };
 #endif
-    const int rc = [&]() -> int {
-        try {
-            if (train->parsed()) {
-                TrainConfig cfg = load_config(config_name);
-                apply_overrides(cfg, overrides);
-                train_opt.command = join_command(argc, argv);
-                train_opt.sample_text = gpt2_text;
-                return run_train(cfg, train_opt);
-            }
-            if (eval_cmd->parsed()) {
-                eval_opt.sample_text = gpt2_text;
-                const EvalResult r = run_eval(eval_opt);
-                const TrainConfig& c = r.config;
-                const long tokens = (long)r.batches * c.batch_size * c.seq_len;
-                const std::optional<ChoiceScore>& h = r.hellaswag;
-                if (eval_json) {
-                    nlohmann::json j = {{"weights", eval_opt.weights}, {"val_loss", r.val_loss},
-                                        {"perplexity", std::exp(r.val_loss)}, {"batches", r.batches},
-                                        {"batch_size", c.batch_size}, {"seq_len", c.seq_len}, {"tokens", tokens},
-                                        {"val_data", c.val_data}, {"backend", r.backend}, {"seconds", r.seconds}};
-                    if (h)
-                        j["hellaswag"] = {{"items", h->items}, {"acc_norm", h->acc_norm()}, {"acc", h->acc()},
-                                          {"contexts_cut", h->cut}, {"seconds", r.hellaswag_seconds}};
-                    std::printf("%s\n", j.dump().c_str());
-                } else {
-                    std::printf("val loss %.4f | perplexity %.2f | %d batches of %d x %d = %ld tokens of %s | %s | "
-                                "%.1f s\n",
-                                r.val_loss, std::exp(r.val_loss), r.batches, c.batch_size, c.seq_len, tokens,
-                                c.val_data.c_str(), r.backend.c_str(), r.seconds);
-                    if (h)
-                        std::printf("hellaswag acc_norm %.4f | acc %.4f | %zu items, %zu contexts cut to seq_len %d | "
-                                    "%.1f s\n",
-                                    h->acc_norm(), h->acc(), h->items, h->cut, c.seq_len, r.hellaswag_seconds);
-                }
-                return 0;
-            }
-            if (plot_cmd->parsed()) {
-                std::printf("wrote %s\n", plot_runs(plot_dirs, plot_out, plot_labels).c_str());
-                return 0;
-            }
-            if (export_cmd->parsed()) {
-                check_not_overwriting(export_out, export_in, "--checkpoint");
-                if (!export_logits.empty()) {
-                    check_not_overwriting(export_logits, export_in, "--checkpoint");
-                    check_not_overwriting(export_logits, export_out, "--out");
-                }
-                const ModelWeights w = load_weights(export_in);
-                if (!export_logits.empty()) check_reference_tokens(w.config, export_logits_T);
-                const WeightsDtype dtype = export_dtype == "bf16" ? WeightsDtype::bf16 : WeightsDtype::f32;
-                if (export_format == "llmc")
-                    export_llmc(export_out, w.config, w.params.data(), dtype);
-                else
-                    export_safetensors(export_out, w.config, w.params.data(), dtype);
-                std::printf("wrote %s (%s, %s): %d layers, %d heads, width %d, %d positions, vocabulary %d\n",
-                            export_out.c_str(), export_format.c_str(), export_dtype.c_str(), w.config.n_layer,
-                            w.config.n_head, w.config.n_embd, w.config.max_seq_len, w.config.vocab_size);
-                if (!export_logits.empty()) {
-                    write_reference_logits(export_logits, w, export_logits_T, 1337);
-                    std::printf("wrote reference logits for %d tokens to %s\n", export_logits_T, export_logits.c_str());
-                }
-                return 0;
-            }
-#ifdef CODAGPT_HAVE_TOKENIZER
-            if (sample_cmd->parsed()) {
-                const ModelWeights w = load_weights(sample_in);
-                const Tokenizer tok = Tokenizer::load(find_tokenizer_dir());
-                std::vector<int> prompt = tok.encode(sample_prompt);
-                if (prompt.empty()) prompt.push_back(Tokenizer::kEot);
-                const std::unique_ptr<Decoder> dec = use_gpu(sample_device)
-                                                         ? make_gpu_decoder(w.config, w.params)
-                                                         : std::make_unique<GPT2Decoder>(w.config, w.params.data());
-                Utf8Stream text;
-                std::fwrite(sample_prompt.data(), 1, sample_prompt.size(), stdout);
-                const std::vector<int> out = generate(*dec, prompt, sample_opt, [&](int t) {
-                    const std::string s = text.push(tok.decode(&t, 1));
-                    std::fwrite(s.data(), 1, s.size(), stdout);
-                    std::fflush(stdout);
-                });
-                const std::string rest = text.flush();
-                std::fwrite(rest.data(), 1, rest.size(), stdout);
-                std::printf("\n");
-                if ((int)out.size() < sample_opt.max_tokens)
-                    std::fprintf(stderr, "codagpt: note: %zu of the %d tokens asked for: the model's context of %d positions "
-                                 "(max_seq_len) is full\n", out.size(), sample_opt.max_tokens, w.config.max_seq_len);
-                return 0;
-            }
-#endif
-#ifdef CODAGPT_HAVE_TOKENIZER
-            if (prepare->parsed()) {
-                const Tokenizer tok = Tokenizer::load(find_tokenizer_dir());
-                const PrepareStats s = prepare_shards(prepare_inputs, prepare_out, prepare_opt, tok);
-                std::printf("prepared %zu documents: %zu train tokens, %zu val tokens in %zu shards under %s\n",
-                            s.documents, s.train_tokens, s.val_tokens, s.shards.size(), prepare_out.c_str());
-                return 0;
-            }
-#endif
-        } catch (const std::exception& e) {
-            std::fprintf(stderr, "codagpt: error: %s\n", e.what());
-            return 1;
+    try {
+        if (train->parsed()) {
+            TrainConfig cfg = load_config(config_name);
+            apply_overrides(cfg, overrides);
+            train_opt.command = join_command(argc, argv);
+            train_opt.sample_text = gpt2_text;
+            return run_train(cfg, train_opt);
         }
-        return 0;
-    }();
+        if (eval_cmd->parsed()) {
+            eval_opt.sample_text = gpt2_text;
+            const EvalResult r = run_eval(eval_opt);
+            const TrainConfig& c = r.config;
+            const long tokens = (long)r.batches * c.batch_size * c.seq_len;
+            const std::optional<ChoiceScore>& h = r.hellaswag;
+            if (eval_json) {
+                nlohmann::json j = {{"weights", eval_opt.weights}, {"val_loss", r.val_loss},
+                                    {"perplexity", std::exp(r.val_loss)}, {"batches", r.batches},
+                                    {"batch_size", c.batch_size}, {"seq_len", c.seq_len}, {"tokens", tokens},
+                                    {"val_data", c.val_data}, {"backend", r.backend}, {"seconds", r.seconds}};
+                if (h)
+                    j["hellaswag"] = {{"items", h->items}, {"acc_norm", h->acc_norm()}, {"acc", h->acc()},
+                                      {"contexts_cut", h->cut}, {"seconds", r.hellaswag_seconds}};
+                std::printf("%s\n", j.dump().c_str());
+            } else {
+                std::printf("val loss %.4f | perplexity %.2f | %d batches of %d x %d = %ld tokens of %s | %s | "
+                            "%.1f s\n",
+                            r.val_loss, std::exp(r.val_loss), r.batches, c.batch_size, c.seq_len, tokens,
+                            c.val_data.c_str(), r.backend.c_str(), r.seconds);
+                if (h)
+                    std::printf("hellaswag acc_norm %.4f | acc %.4f | %zu items, %zu contexts cut to seq_len %d | "
+                                "%.1f s\n",
+                                h->acc_norm(), h->acc(), h->items, h->cut, c.seq_len, r.hellaswag_seconds);
+            }
+            return 0;
+        }
+        if (plot_cmd->parsed()) {
+            std::printf("wrote %s\n", plot_runs(plot_dirs, plot_out, plot_labels).c_str());
+            return 0;
+        }
+        if (export_cmd->parsed()) {
+            check_not_overwriting(export_out, export_in, "--checkpoint");
+            if (!export_logits.empty()) {
+                check_not_overwriting(export_logits, export_in, "--checkpoint");
+                check_not_overwriting(export_logits, export_out, "--out");
+            }
+            const ModelWeights w = load_weights(export_in);
+            if (!export_logits.empty()) check_reference_tokens(w.config, export_logits_T);
+            const WeightsDtype dtype = export_dtype == "bf16" ? WeightsDtype::bf16 : WeightsDtype::f32;
+            if (export_format == "llmc")
+                export_llmc(export_out, w.config, w.params.data(), dtype);
+            else
+                export_safetensors(export_out, w.config, w.params.data(), dtype);
+            std::printf("wrote %s (%s, %s): %d layers, %d heads, width %d, %d positions, vocabulary %d\n",
+                        export_out.c_str(), export_format.c_str(), export_dtype.c_str(), w.config.n_layer,
+                        w.config.n_head, w.config.n_embd, w.config.max_seq_len, w.config.vocab_size);
+            if (!export_logits.empty()) {
+                write_reference_logits(export_logits, w, export_logits_T, 1337);
+                std::printf("wrote reference logits for %d tokens to %s\n", export_logits_T, export_logits.c_str());
+            }
+            return 0;
+        }
+#ifdef CODAGPT_HAVE_TOKENIZER
+        if (sample_cmd->parsed()) {
+            const ModelWeights w = load_weights(sample_in);
+            const Tokenizer tok = Tokenizer::load(find_tokenizer_dir());
+            std::vector<int> prompt = tok.encode(sample_prompt);
+            if (prompt.empty()) prompt.push_back(Tokenizer::kEot);
+            const std::unique_ptr<Decoder> dec = use_gpu(sample_device)
+                                                     ? make_gpu_decoder(w.config, w.params)
+                                                     : std::make_unique<GPT2Decoder>(w.config, w.params.data());
+            Utf8Stream text;
+            std::fwrite(sample_prompt.data(), 1, sample_prompt.size(), stdout);
+            const std::vector<int> out = generate(*dec, prompt, sample_opt, [&](int t) {
+                const std::string s = text.push(tok.decode(&t, 1));
+                std::fwrite(s.data(), 1, s.size(), stdout);
+                std::fflush(stdout);
+            });
+            const std::string rest = text.flush();
+            std::fwrite(rest.data(), 1, rest.size(), stdout);
+            std::printf("\n");
+            if ((int)out.size() < sample_opt.max_tokens)
+                std::fprintf(stderr, "codagpt: note: %zu of the %d tokens asked for: the model's context of %d positions "
+                             "(max_seq_len) is full\n", out.size(), sample_opt.max_tokens, w.config.max_seq_len);
+            return 0;
+        }
+#endif
+#ifdef CODAGPT_HAVE_TOKENIZER
+        if (prepare->parsed()) {
+            const Tokenizer tok = Tokenizer::load(find_tokenizer_dir());
+            const PrepareStats s = prepare_shards(prepare_inputs, prepare_out, prepare_opt, tok);
+            std::printf("prepared %zu documents: %zu train tokens, %zu val tokens in %zu shards under %s\n",
+                        s.documents, s.train_tokens, s.val_tokens, s.shards.size(), prepare_out.c_str());
+            return 0;
+        }
+#endif
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "codagpt: error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    const int rc = run_main(argc, argv);
     // What a command printed (eval --json, sample's text, ...) is its result: a full disk must not
     // end it with 0.
     if (std::fflush(stdout) != 0 || std::ferror(stdout)) {

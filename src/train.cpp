@@ -273,28 +273,11 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         resume = load_checkpoint(resume_path);
         check_resumable(*resume, cfg, resume_path);
     }
-    // The checkpoints out_dir holds must be this run's past: a run there prunes them, and `--resume
-    // latest` picks the newest. A new run, or one resumed from a checkpoint kept elsewhere, into a
-    // folder holding checkpoints is refused; one resumed from an earlier checkpoint of the folder
-    // sets its later ones aside when it starts (later_checkpoints).
-    const std::vector<CheckpointFile> in_out_dir = list_checkpoints(cfg.out_dir);
-    const bool resumes_from_out_dir = std::any_of(in_out_dir.begin(), in_out_dir.end(), [&](const CheckpointFile& c) {
-        std::error_code ec;
-        return fs::equivalent(c.path, resume_path, ec);
-    });
-    // Nor may a run resumed from elsewhere append to another run's log (kept up to its own step).
-    if (resume && !resumes_from_out_dir && in_out_dir.empty() && fs::exists(fs::path(cfg.out_dir) / "metrics.jsonl"))
-        throw Error("out_dir " + one_line(cfg.out_dir) + " holds the log of another run (metrics.jsonl): resume " +
-                    one_line(resume_path) + " into another out_dir");
-    if (!in_out_dir.empty() && !resumes_from_out_dir)
-        throw Error("out_dir " + one_line(cfg.out_dir) + " holds the checkpoints of " +
-                    (resume ? "another run" : "an earlier run") + " (newest " +
-                    one_line(fs::path(in_out_dir.back().path).filename().string()) + "): " +
-                    (resume ? "resume " + one_line(resume_path) + " into another out_dir"
-                            : "continue it with --resume latest, or train into another out_dir"));
-    std::vector<CheckpointFile> later_checkpoints;
-    for (const CheckpointFile& c : in_out_dir)
-        if (resume && c.step > resume->step) later_checkpoints.push_back(c);
+    // The run folder must hold this run's past only (check_run_folder); the checkpoints after the
+    // one resumed from are set aside when the run starts writing.
+    const std::string metrics_path = (fs::path(cfg.out_dir) / "metrics.jsonl").string();
+    const std::vector<CheckpointFile> later_checkpoints =
+        check_run_folder(cfg.out_dir, metrics_path, resume_path, resume ? std::optional<int>(resume->step) : std::nullopt);
     const int first_step = resume ? resume->step : 0;
     // A step the run resumes past would never come: refused rather than running to cfg.steps.
     if (opt.stop_after > 0 && opt.stop_after <= first_step)
@@ -384,7 +367,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
         if (!opt.trace_kernels.empty()) create_parent_folders(opt.trace_kernels);
         if (!opt.bench_json.empty()) create_parent_folders(opt.bench_json);
         write_file_atomic((fs::path(cfg.out_dir) / "config.json").string(), config_to_json(cfg).dump(2) + "\n");
-        metrics.emplace(fs::path(cfg.out_dir) / "metrics.jsonl", resume ? std::optional<int>(first_step) : std::nullopt);
+        metrics.emplace(metrics_path, resume ? std::optional<int>(first_step) : std::nullopt);
     }
     auto record = [&](const nlohmann::json& j) {
         if (metrics) metrics->write(j);
