@@ -1,5 +1,7 @@
 # Convenience wrapper around CMake. The two commands a new user needs:
-#   make train    prepare TinyShakespeare and train gpt2-tiny (GPU if present, else the CPU reference)
+#   make train    prepare TinyShakespeare and train gpt2-tiny (GPU if present, else the CPU reference);
+#                 an interrupted run continues from its checkpoint (--resume auto, unless ARGS says
+#                 --resume or --init-from)
 #   make test     build and run every test (GPU tests skip where no GPU exists)
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -36,7 +38,7 @@ $(SHARDS): | build tokenizer corpus
 	./$(BUILD)/codagpt prepare --input data/tinyshakespeare.txt --out data/tinyshakespeare --split-on-blank-lines
 
 train: data
-	./$(BUILD)/codagpt train --config $(CONFIG) $(ARGS)
+	./$(BUILD)/codagpt train --config $(CONFIG) $(if $(filter --resume% --init-from%,$(ARGS)),,--resume auto) $(ARGS)
 
 test: build tokenizer corpus
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)

@@ -88,7 +88,8 @@ static int run_main(int argc, char** argv) {
                       "Append a benchmark record (steady-state tok/s, ms/step, losses) to this JSON array file (checked before the "
                       "first step)");
     CLI::Option* resume_opt = train->add_option(
-        "--resume", train_opt.resume, "Continue from a checkpoint: a path, or latest (the newest ckpt_<step>.bin in out_dir)");
+        "--resume", train_opt.resume, "Continue from a checkpoint: a path, latest (the newest ckpt_<step>.bin in out_dir), or auto (latest where "
+        "out_dir holds one, else start a new run)");
     train->add_option("--init-from", train_opt.init_from,
                       "Start from these weights at step 0 with a fresh optimizer (fine-tuning): a codagpt checkpoint, "
                       ".safetensors or llm.c model .bin of the config's model shape")

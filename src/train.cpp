@@ -268,8 +268,9 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // anything is written
     std::optional<Checkpoint> resume;
     std::string resume_path;
-    if (!opt.resume.empty()) {
-        resume_path = opt.resume == "latest" ? latest_checkpoint(cfg.out_dir) : opt.resume;
+    const bool resumes = opt.resume == "auto" ? !list_checkpoints(cfg.out_dir).empty() : !opt.resume.empty();
+    if (resumes) {
+        resume_path = opt.resume == "latest" || opt.resume == "auto" ? latest_checkpoint(cfg.out_dir) : opt.resume;
         resume = load_checkpoint(resume_path);
         check_resumable(*resume, cfg, resume_path);
     }

@@ -34,7 +34,9 @@ struct TrainOptions {
     bool quiet = false;           // only the summary lines (metrics still go to the JSONL file)
     std::string bench_json;       // append a benchmark record (bench/results format) to this file
     std::string command;          // the command line, for that record
-    std::string resume;           // checkpoint to continue from: a path, or "latest" in out_dir; empty: start fresh
+    // Checkpoint to continue from: a path, "latest" (the newest in out_dir), or "auto" (latest where
+    // out_dir holds a checkpoint, else start fresh: a job that is requeued); empty: start fresh.
+    std::string resume;
     // Weights to start from instead of the seed's initialization (fine-tuning: step 0, zero AdamW
     // moments): a codagpt checkpoint, .safetensors or llm.c model .bin of the config's model shape.
     // Excludes `resume`, which continues a run.

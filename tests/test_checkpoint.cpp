@@ -280,6 +280,25 @@ TEST_F(CheckpointTest, ResumedRunMatchesTheUninterruptedRun) {
     EXPECT_EQ(fa.train_loader.next, fb.train_loader.next);
 }
 
+// --resume auto, as a requeued job runs: a new run where out_dir holds no checkpoint, the newest
+// checkpoint's continuation where it does, and at the end nothing left to do. The lines are the
+// uninterrupted run's.
+TEST_F(CheckpointTest, ResumeAutoStartsThenContinues) {
+    cfg.ckpt_every = 40;
+    ASSERT_EQ(run("straight"), 0);
+    ASSERT_EQ(run("auto", "auto", /*stop_after=*/13), 0);
+    ASSERT_EQ(list_checkpoints(cfg.out_dir).size(), 1u);
+    EXPECT_EQ(list_checkpoints(cfg.out_dir)[0].step, 13);
+    ASSERT_EQ(run("auto", "auto", /*stop_after=*/29), 0);
+    EXPECT_EQ(list_checkpoints(cfg.out_dir).back().step, 29);
+    ASSERT_EQ(run("auto", "auto"), 0);
+    EXPECT_EQ(list_checkpoints(cfg.out_dir).back().step, 40);
+    const auto lines = deterministic(metrics("auto"));
+    EXPECT_EQ(lines, deterministic(metrics("straight")));
+    ASSERT_EQ(run("auto", "auto"), 0);  // done: no step left, and nothing written
+    EXPECT_EQ(deterministic(metrics("auto")), lines);
+}
+
 // The outlier guard's windows travel in the checkpoint. With a threshold that ordinary steps trip
 // (a loss above the mean of the last 4), the run is split just before a skipped step: the resumed
 // run skips it too (fresh windows would not be full yet) and every line equals the straight run's.
