@@ -84,6 +84,7 @@
 namespace codagpt::coda {
 
 constexpr int kMaxColumnVectors = 4;  // column vector reads of one element() (the programs make two at most)
+constexpr int kMaxRowVectors = 4;     // row vector reads of one element() (LnBackwardX makes four)
 
 // Flags a program may declare: NAME<P> is P::MEMBER where the program declares it, else false
 // (also for P = void, no program: a plan by shape).
@@ -100,11 +101,10 @@ CODA_PROGRAM_FLAG(wide_tile_pays, kWideTile)
 // kNoWideTile: the plan never gives the program the 128 x 320 tile (whose epilogue it would spill:
 // LnBackwardX's three column partials beside 160 accumulators).
 CODA_PROGRAM_FLAG(wide_tile_refused, kNoWideTile)
-// kDeepReadAhead: the GPU engine reads the program's bf16 tile and row vector inputs two segments
-// ahead instead of one, on tiles of at most 128 accumulators a thread (gemm_epilogue.cuh). It pays
-// where a segment's arithmetic is short beside its tile loads (ResidualForward on ping-pong), and
-// costs where the program loads no tile or the tile is 128 x 320 (bench/NOTES_gemm_sm90.md,
-// twenty-seventh session).
+// kDeepReadAhead: the GPU engine reads the program's bf16 tile inputs two segments ahead instead
+// of one, on tiles of at most 128 accumulators a thread (gemm_epilogue.cuh). It pays where a
+// segment's arithmetic is short beside its tile loads (ResidualForward on ping-pong), and costs
+// where the tile is 128 x 320 (bench/NOTES_gemm_sm90.md, twenty-seventh session).
 CODA_PROGRAM_FLAG(deep_read_ahead, kDeepReadAhead)
 #undef CODA_PROGRAM_FLAG
 

@@ -17,18 +17,18 @@
 // accumulators of the chunk to shared memory (8-byte stores), then each thread reads back 8
 // consecutive columns of a row (a segment: two 16-byte loads) and runs the program on them: bf16
 // tile accesses are one 16-byte load or store per segment (fp32: two), a warp's access covers 8
-// rows x 64 contiguous bytes, a row vector is read once per segment and a column vector once per
-// 8 columns. A chunk is taken as two halves of 32 columns: thread T of the tile's threads takes
-// the columns 8 (T % 4) ... + 7 of each half, in the rows T / 4 + p ROWS_PER_PASS (p = 0 ...
-// PASSES - 1): its rows are the same in every chunk, so a row's state stays in the thread across
-// the chunks; its columns are the same in every pass of a half, so their vector values are taken
-// once. Each segment reads the next segment's tile values and row values ahead (SegmentElement;
-// the one two segments on where the program declares kDeepReadAhead), across halves and chunks
-// too: the latency of those loads hides behind this segment's arithmetic; the first segments'
-// are read before the first chunk is staged, with the tile's column vector values (one a
-// thread), which wait in shared memory. On the Hopper mainloop the
-// tiles an epilogue will read are also asked of L2 a few k-blocks before the mainloop ends
-// (prefetch(), PrefetchElement).
+// rows x 64 contiguous bytes, and the row and column vectors' values come from shared memory, a
+// row's once per segment and a column's once per 8 columns. A chunk is taken as two halves of 32
+// columns: thread T of the tile's threads takes the columns 8 (T % 4) ... + 7 of each half, in the
+// rows T / 4 + p ROWS_PER_PASS (p = 0 ... PASSES - 1): its rows are the same in every chunk, so a
+// row's state stays in the thread across the chunks; its columns are the same in every pass of a
+// half, so their vector values are taken once. Each segment reads the next segment's tile values
+// ahead (SegmentElement; the one two segments on where the program declares kDeepReadAhead),
+// across halves and chunks too: the latency of those loads hides behind this segment's
+// arithmetic; the first segments' are read before the first chunk is staged, with the tile's row
+// and column vector values (a row and a column a thread), which wait in shared memory. On the
+// Hopper mainloop the tiles an epilogue will read are also asked of L2 a few k-blocks before the
+// mainloop ends (prefetch(), PrefetchElement).
 //   Staging layout: row r of the chunk is 64 floats (16 pieces of 16 bytes), piece k stored at
 //   k ^ s(r), s(r) = 2 (r mod 4) + (r mod 2): the fragment stores (16 lanes of a half-warp: 4 rows
 //   x 4 column pairs) and the segment loads (8 lanes of a quarter-warp: 2 rows x 4 pieces) each hit
@@ -148,21 +148,21 @@ __device__ inline void words8(const float (&v)[8], uint32_t (&w)[8], float*) {
 }  // namespace detail
 
 // ---------------------------------------------------------------- the element
-// How many segments ahead a thread reads its bf16 tile values and row vector values: 1, or 2 for
-// a program that declares kDeepReadAhead (epilogue.cuh) on a tile of at most 128 accumulators a
-// thread. One segment's arithmetic did not cover the latency of the loads issued for the next one
-// where a program does little per element: Nsight Compute on the H200 (1.5B proj forward,
+// How many segments ahead a thread reads its bf16 tile values: 1, or 2 for a program that
+// declares kDeepReadAhead (epilogue.cuh) on a tile of at most 128 accumulators a thread. One
+// segment's arithmetic did not cover the latency of the loads issued for the next one where a
+// program does little per element: Nsight Compute on the H200 (1.5B proj forward,
 // ResidualForward) put 11.5% of the kernel's stall samples on the first use of the words read one
-// segment before (bench/NOTES_gemm_sm90.md, twenty-seventh session). Each segment more costs a
-// register per row vector and 4 per bf16 tile a program loads.
+// segment before (bench/NOTES_gemm_sm90.md, twenty-seventh session). Each segment more costs 4
+// registers per bf16 tile a program loads.
 constexpr int kMaxReadAhead = 2;
 
 // What one thread's segments keep in registers: the current segment's tile words, row values and
-// column values, and the tile words and row values of the next AHEAD (1 or 2) segments, read
-// ahead. Column vectors are read once a tile, a value a thread, into shared memory (TileEpilogue),
-// where a segment that starts a half chunk takes its 8 columns' values.
+// column values, and the tile words of the next AHEAD (1 or 2) segments, read ahead. Row and
+// column vectors are read once a tile, a value a thread, into shared memory (TileEpilogue), where
+// a segment takes its row's values and one that starts a half chunk its 8 columns' values.
 //   So the segment loop's only global loads are reads ahead (the tile's first segments and the
-// column vectors are read by PreloadElements before the loop). Measured (Nsight Compute on the
+// vectors are read by PreloadElements before the loop). Measured (Nsight Compute on the
 // H200, GeluBackward and QkvGradient at 1.5B shapes): where a segment also read its own values
 // (its first of a tile, or column values at a half chunk's start), most stall samples of the
 // epilogue sat at their first use (17% and 45% of the kernels' samples), the loads of the
@@ -170,9 +170,9 @@ constexpr int kMaxReadAhead = 2;
 struct SegmentSlots {
     RegisterSlots loaded[8], stored[8];  // [w]: word w of each tile load / the value of each store's element w
     RegisterSlots ahead_loaded[kMaxReadAhead][8];  // [d][w]: the same words of the segment d + 1 ahead
-    RegisterSlots row, ahead_row[kMaxReadAhead];   // row vector values: this segment's, d + 1 ahead's
+    RegisterSlots row;                   // this segment's row vector values
     RegisterSlots col[8];                // [e]: column j0 + e's vector values
-    RegisterSlots tile_col;              // this thread's column of the tile, before they go to shared memory
+    RegisterSlots tile_row, tile_col;    // this thread's row and column of the tile, before they go to shared memory
 };
 
 namespace detail {
@@ -205,18 +205,24 @@ __device__ inline int column_vector_slot(int& counter) {
     if (k >= kMaxColumnVectors) __trap();  // folded away for programs within the limit
     return k;
 }
+__device__ inline int row_vector_slot(int& counter) {
+    const int k = next_slot(counter);
+    if (k >= kMaxRowVectors) __trap();  // folded away for programs within the limit
+    return k;
+}
 }  // namespace detail
 
 // Element k (0..7, a compile-time constant once unrolled) of the segment of columns j - k ... j - k + 7
 // of row i. Tile accesses: element 0's load takes all 8 values, element 7's store writes all 8
 // (the others hand their values over in `slots`); SHARED_TILES (a pass, ZERO_ACC): element 0 takes
 // each loaded 16-bit tile's values from the block's copy of the tile in shared memory (tile s's at
-// tiles + s tile_stride) instead of a read ahead. Element 0 also reads the bf16 tile values and row
-// vector values of the segment AHEAD segments ahead (row ahead_i, columns from ahead_j; ahead_i =
-// -1 where there is none). new_cols: this segment starts a half chunk, and takes its 8 columns'
-// values of each column vector from the tile's in shared memory (col_vectors). Stores hand over the values
-// unrounded: element 7 rounds and packs them in pairs (the value store() returns is rounded on its
-// own, and costs nothing where the program does not use it). Reading ahead keeps each element's
+// tiles + s tile_stride) instead of a read ahead. Element 0 also reads the bf16 tile values of the
+// segment AHEAD segments ahead (row ahead_i, columns from ahead_j; ahead_i = -1 where there is
+// none), and its row's values of each row vector from the tile's in shared memory (row_vectors).
+// new_cols: this segment starts a half chunk, and takes its 8 columns' values of each column vector
+// from the tile's in shared memory (col_vectors). Stores hand over the values unrounded: element 7
+// rounds and packs them in pairs (the value store() returns is rounded on its own, and costs
+// nothing where the program does not use it). Reading ahead keeps each element's
 // read before its write, so an output may alias an input (ResidualForward's x_out and residual).
 template <bool SHARED_TILES, int AHEAD>
 struct SegmentElement {
@@ -227,6 +233,8 @@ struct SegmentElement {
     int ahead_i, ahead_j;
     uint32_t col_vectors;  // shared address of column vector 0 at this segment's first column (+ slot * col_stride)
     uint32_t col_stride;
+    uint32_t row_vectors;  // shared address of row vector 0 at this segment's row (+ slot * row_stride)
+    uint32_t row_stride;
     ElementCounters* counters;
     SegmentSlots* slots;
     uint32_t tiles, tile_stride;  // SHARED_TILES: shared address of tile 0's copy of this segment (+ slot * tile_stride)
@@ -289,15 +297,9 @@ struct SegmentElement {
     }
     __device__ void row_output(float* out, float x) const { out[i] = x; }
     template <class T>
-    __device__ T row_input(const T* v) const {
-        const int s = detail::next_slot(counters->row);
-        if (k == 0) {
-            constexpr int kLast = AHEAD - 1;
-            slots->row.set(s, slots->ahead_row[0].get(s));
-#pragma unroll
-            for (int d = 0; d < kLast; d++) slots->ahead_row[d].set(s, slots->ahead_row[d + 1].get(s));
-            if (ahead_i >= 0) slots->ahead_row[kLast].set(s, detail::as_word(load_input(v + ahead_i)));
-        }
+    __device__ T row_input(const T*) const {
+        const int s = detail::row_vector_slot(counters->row);
+        if (k == 0) slots->row.set(s, ptx::ld_shared(row_vectors + s * row_stride));
         return detail::from_word<T>(slots->row.get(s));
     }
     template <class T>
@@ -316,14 +318,14 @@ struct SegmentElement {
 
 // Reads what a thread's segment d (0 ... AHEAD - 1 of its TileEpilogue, a compile-time constant
 // once unrolled) of a tile (row i, columns j ... j + 7; i = -1 where it has none) would have had read
-// ahead for it (no tile values with SHARED_TILES: a pass has them in shared memory), and its
-// column `col` of the tile's column vectors (-1: none), before the segment loop: run through a
-// program's element() like the others, so its slots are numbered the same way. Nothing else it
-// does or returns is anything (zeros).
+// ahead for it (no tile values with SHARED_TILES: a pass has them in shared memory), its row `row`
+// of the tile's row vectors and its column `col` of the tile's column vectors (-1: none), before the
+// segment loop: run through a program's element() like the others, so its slots are numbered the
+// same way. Nothing else it does or returns is anything (zeros).
 template <bool SHARED_TILES>
 struct PreloadElement {
     float acc = 0.f;
-    int i, j, col, d;
+    int i, j, row, col, d;
     ElementCounters* counters;
     SegmentSlots* slots;
 
@@ -347,8 +349,8 @@ struct PreloadElement {
     __device__ void row_output(float*, float) const {}
     template <class T>
     __device__ T row_input(const T* v) const {
-        const int s = detail::next_slot(counters->row);
-        if (i >= 0) slots->ahead_row[d].set(s, detail::as_word(load_input(v + i)));
+        const int s = detail::row_vector_slot(counters->row);
+        if (row >= 0) slots->tile_row.set(s, detail::as_word(load_input(v + row)));
         return T{};
     }
     template <class T>
@@ -502,9 +504,10 @@ struct TileEpilogue {
     static_assert(kRowsPerPass % 4 == 0, "passes of whole swizzle periods");
     static constexpr size_t kStageBytes = ZERO_ACC ? 0 : (size_t)kTileRows * kChunkCols * sizeof(float);
     static constexpr size_t kColStateBytes = kCols ? (size_t)kWarps * kTileCols * sizeof(Col) : 0;
-    // The tile's columns of the column vectors the program reads.
+    // The tile's columns of the column vectors and rows of the row vectors the program reads.
     static constexpr size_t kColVectorBytes = (size_t)kMaxColumnVectors * kTileCols * sizeof(float);
-    static constexpr size_t kSmemBytes = kStageBytes + kColStateBytes + kColVectorBytes;
+    static constexpr size_t kRowVectorBytes = (size_t)kMaxRowVectors * kTileRows * sizeof(float);
+    static constexpr size_t kSmemBytes = kStageBytes + kColStateBytes + kColVectorBytes + kRowVectorBytes;
     // A pass's copy of the chunk of each tile it loads (16-bit values), after the above: rows of 128 bytes.
     static constexpr size_t kPassTileBytes = ZERO_ACC ? (size_t)kTileRows * kChunkCols * 2 : 0;
     static_assert(kSmemBytes % 16 == 0 && kChunkCols * 2 == TileCopyElement::kRowBytes, "16-byte aligned tile copies of chunk rows");
@@ -573,7 +576,8 @@ struct TileEpilogue {
         const uint32_t stage = ptx::smem_addr(smem);  // 32-bit shared addresses: fewer registers
         Col* col_smem = reinterpret_cast<Col*>(static_cast<char*>(smem) + kStageBytes);
         const uint32_t col_vectors = stage + (uint32_t)(kStageBytes + kColStateBytes);
-        constexpr uint32_t kColStride = kTileCols * sizeof(float);
+        const uint32_t row_vectors = col_vectors + (uint32_t)kColVectorBytes;
+        constexpr uint32_t kColStride = kTileCols * sizeof(float), kRowStride = kTileRows * sizeof(float);
         const uint32_t tile_copies = stage + (uint32_t)kSmemBytes;  // a pass's
         auto copy_chunk = [&](int c) {
             ElementCounters counters;
@@ -587,12 +591,18 @@ struct TileEpilogue {
         if constexpr (ZERO_ACC) copy_chunk(0);  // in flight with the first segment's reads below
         Row rows[kPasses] = {};
         // A thread's segments, in order: chunk, half, pass (those inside the matrix). Each reads
-        // the inputs of the segment kAhead after it ahead; the first kAhead segments' are read
-        // here, with thread T's column T of the tile's column vectors, which go to shared memory
-        // while (or once) the first chunk is staged. A tile wider than its threads (128 x 320 on
-        // 256) also takes column T + kThreads, in slots_hi.
-        static_assert(kTileCols <= 2 * kThreads, "two columns of the column vectors a thread at most");
-        constexpr bool kSecondColumn = kTileCols > kThreads;
+        // the tile values of the segment kAhead after it ahead; the first kAhead segments' are
+        // read here, with thread T's row T of the tile's row vectors and column T of its column
+        // vectors, which go to shared memory while (or once) the first chunk is staged: the
+        // segments read their row and column values there. A tile wider or taller than its
+        // threads (128 x 320 on 256) also takes column (row) T + kThreads, in slots_hi.
+        //   Row values read ahead from global memory instead, a segment before their use, left
+        // that segment stalled on them where its arithmetic was short: at K = 1024 the LayerNorm
+        // fold and one stored tile took 1.10x the plain GEMM (bench/NOTES_gemm_sm90.md,
+        // forty-fourth session).
+        static_assert(kTileCols <= 2 * kThreads && kTileRows <= 2 * kThreads,
+                      "two columns and two rows of the vectors a thread at most");
+        constexpr bool kSecondVectors = kTileCols > kThreads || kTileRows > kThreads;
         // The segment after the one of row i (-1: none), columns from j, pass `pass`: the next
         // pass, else (no more passes, or no more rows) the first pass of the next 32 columns, in
         // this chunk or the next; none past the tile's columns or the matrix's. By selects: a branch
@@ -607,33 +617,40 @@ struct TileEpilogue {
         };
         SegmentSlots slots, slots_hi;
         // Reads into s the values of the thread's segment d (none where d < 0) and the tile's
-        // column c of the column vectors (none past the tile or the matrix); returns the column
-        // vectors read.
-        auto preload = [&](int d, int c, SegmentSlots& s) {
+        // row r of the row vectors and column c of the column vectors (none past the tile or the
+        // matrix); returns how many vectors of each kind the program reads.
+        auto preload = [&](int d, int r, int c, SegmentSlots& s) {
             int i = d >= 0 && first_row < M && tile_col0 + 8 * q < N ? first_row : -1, j = tile_col0 + 8 * q, pass = 0;
             for (int e = 0; e < d && i >= 0; e++) step(i, j, pass);
             ElementCounters counters;
             Row row{};
             Col cols{};
-            const int col = c < kTileCols && tile_col0 + c < N ? tile_col0 + c : -1;
-            p.element(PreloadElement<ZERO_ACC>{0.f, i, j, col, max(d, 0), &counters, &s}, row, cols);
-            return counters.col;
+            const int vrow = r < kTileRows && tile_row0 + r < M ? tile_row0 + r : -1;
+            const int vcol = c < kTileCols && tile_col0 + c < N ? tile_col0 + c : -1;
+            p.element(PreloadElement<ZERO_ACC>{0.f, i, j, vrow, vcol, max(d, 0), &counters, &s}, row, cols);
+            return counters;
         };
-        // the column vectors the program reads (a compile-time constant once inlined)
-        const int column_vectors = preload(0, T, slots);
+        // the vectors the program reads (compile-time constants once inlined)
+        const ElementCounters vectors = preload(0, T, T, slots);
 #pragma unroll
-        for (int d = 1; d < kAhead; d++) preload(d, kTileCols, slots);
-        if constexpr (kSecondColumn) preload(-1, T + kThreads, slots_hi);
-        // The values of column c (in s) to shared memory, where the segments read them.
-        auto park = [&](const SegmentSlots& s, int c) {
-            if (c >= kTileCols) return;
+        for (int d = 1; d < kAhead; d++) preload(d, kTileRows, kTileCols, slots);
+        if constexpr (kSecondVectors) preload(-1, T + kThreads, T + kThreads, slots_hi);
+        // The values of row r and column c (in s) to shared memory, where the segments read them.
+        auto park = [&](const SegmentSlots& s, int r, int c) {
+            if (r < kTileRows) {
 #pragma unroll
-            for (int v = 0; v < kMaxColumnVectors; v++)
-                if (v < column_vectors) ptx::st_shared(col_vectors + v * kColStride + 4 * c, s.tile_col.value[v]);
+                for (int v = 0; v < kMaxRowVectors; v++)
+                    if (v < vectors.row) ptx::st_shared(row_vectors + v * kRowStride + 4 * r, s.tile_row.value[v]);
+            }
+            if (c < kTileCols) {
+#pragma unroll
+                for (int v = 0; v < kMaxColumnVectors; v++)
+                    if (v < vectors.col) ptx::st_shared(col_vectors + v * kColStride + 4 * c, s.tile_col.value[v]);
+            }
         };
-        auto park_columns = [&] {
-            park(slots, T);
-            if constexpr (kSecondColumn) park(slots_hi, T + kThreads);
+        auto park_vectors = [&] {
+            park(slots, T, T);
+            if constexpr (kSecondVectors) park(slots_hi, T + kThreads, T + kThreads);
         };
 
         // Unrolled over the chunks, so that the compiler sees each chunk's accumulators die once
@@ -644,14 +661,14 @@ struct TileEpilogue {
             if constexpr (!ZERO_ACC) {
                 sync();  // the previous chunk's (tile's) segments are read
                 stage_chunk(acc, c, warp_n, warp_row0 - tile_row0, stage);
-                if (c == 0) park_columns();
+                if (c == 0) park_vectors();
                 sync();
             } else {
                 if (c > 0) {
                     sync();  // the previous chunk's segments are done with the copies
                     copy_chunk(c);
                 }
-                if (c == 0) park_columns();
+                if (c == 0) park_vectors();
                 ptx::cp_async_wait<0>();  // this thread's copies of chunk c have landed ...
                 sync();                   // ... and everyone's
             }
@@ -693,7 +710,9 @@ struct TileEpilogue {
                     for (int k = 0; k < 8; k++) {
                         ElementCounters counters;
                         p.element(SegmentElement<ZERO_ACC, kAhead>{v[k], i, j0 + k, k, pass == 0, ahead_i, ahead_j,
-                                                           segment_cols, kColStride, &counters, &slots,
+                                                           segment_cols, kColStride,
+                                                           row_vectors + 4 * row, kRowStride,
+                                                           &counters, &slots,
                                                            segment_tiles + pass * kPassTileCopyBytes,
                                                            (uint32_t)kPassTileBytes},
                                   row_state, cols[k]);
