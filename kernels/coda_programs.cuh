@@ -97,9 +97,13 @@ struct ResidualForward : NoColPartials {
     // forward (K = 1600) lost, 8.51 -> 8.74, and stays on ping-pong (kWideProgramMinKBlocks,
     // bench/NOTES_gemm_sm90.md, nineteenth and twentieth sessions).
     static constexpr bool kWideTile = true;
-    // Its residual tile read two segments ahead: on ping-pong the 1.5B proj forward 1.26-1.28x ->
-    // 1.20-1.22x its plain GEMM (bench_gemm, twenty-seventh session; the 128 x 320 tile keeps one).
-    static constexpr bool kDeepReadAhead = true;
+    // Its residual tile copied into shared memory a chunk at a time (on tiles of at most 128
+    // accumulators a thread: ping-pong), where reading it two segments ahead left each segment
+    // waiting for it: the proj forward 1.38-1.45x -> 1.31x its plain GEMM at 350M, 1.21x -> 1.09x
+    // at 1.5B (bench_gemm on an H100, forty-fourth session); with no row vector and one column
+    // vector, its epilogue leaves the ring 4 stages. GeluBackward's f copied the same way, on 3
+    // stages, lost (1.37x -> 1.51x at 1.5B). The 128 x 320 tile reads it a segment ahead.
+    static constexpr int kTileCopies = 1, kRowVectors = 0, kColumnVectors = 1;
     ColVec bias;
     LoadTile<Act> residual;
     StoreTile<Act> x_out;

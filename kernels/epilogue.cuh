@@ -101,12 +101,26 @@ CODA_PROGRAM_FLAG(wide_tile_pays, kWideTile)
 // kNoWideTile: the plan never gives the program the 128 x 320 tile (whose epilogue it would spill:
 // LnBackwardX's three column partials beside 160 accumulators).
 CODA_PROGRAM_FLAG(wide_tile_refused, kNoWideTile)
-// kDeepReadAhead: the GPU engine reads the program's bf16 tile inputs two segments ahead instead
-// of one, on tiles of at most 128 accumulators a thread (gemm_epilogue.cuh). It pays where a
-// segment's arithmetic is short beside its tile loads (ResidualForward on ping-pong), and costs
-// where the tile is 128 x 320 (bench/NOTES_gemm_sm90.md, twenty-seventh session).
-CODA_PROGRAM_FLAG(deep_read_ahead, kDeepReadAhead)
 #undef CODA_PROGRAM_FLAG
+// kTileCopies = n: the GPU engine copies the program's n loaded bf16 tiles into shared memory a
+// chunk at a time (cp.async, as a pass does) and its segments read them there, instead of reading
+// them a segment ahead in registers, on tiles of at most 128 accumulators a thread
+// (gemm_epilogue.cuh); 0 where the program does not declare it.
+template <class P, class = void>
+constexpr int tile_copies = 0;
+template <class P>
+constexpr int tile_copies<P, decltype((void)P::kTileCopies)> = P::kTileCopies;
+// kRowVectors, kColumnVectors: how many row and column vectors the program reads at most, where it
+// declares them (else kMaxRowVectors, kMaxColumnVectors): the GPU engine keeps a tile's values of
+// that many in shared memory, so a program with tile copies may leave the mainloop a stage more.
+template <class P, class = void>
+constexpr int row_vector_count = kMaxRowVectors;
+template <class P>
+constexpr int row_vector_count<P, decltype((void)P::kRowVectors)> = P::kRowVectors;
+template <class P, class = void>
+constexpr int column_vector_count = kMaxColumnVectors;
+template <class P>
+constexpr int column_vector_count<P, decltype((void)P::kColumnVectors)> = P::kColumnVectors;
 
 // ---------------------------------------------------------------- bf16 storage
 #ifdef __CUDACC__

@@ -23,9 +23,8 @@
 // rows T / 4 + p ROWS_PER_PASS (p = 0 ... PASSES - 1): its rows are the same in every chunk, so a
 // row's state stays in the thread across the chunks; its columns are the same in every pass of a
 // half, so their vector values are taken once. Each segment reads the next segment's tile values
-// ahead (SegmentElement; the one two segments on where the program declares kDeepReadAhead),
-// across halves and chunks too: the latency of those loads hides behind this segment's
-// arithmetic; the first segments' are read before the first chunk is staged, with the tile's row
+// ahead (SegmentElement), across halves and chunks too: the latency of those loads hides behind
+// this segment's arithmetic; the first segments' are read before the first chunk is staged, with the tile's row
 // and column vector values (a row and a column a thread), which wait in shared memory. On the
 // Hopper mainloop the tiles an epilogue will read are also asked of L2 a few k-blocks before the
 // mainloop ends (prefetch(), PrefetchElement).
@@ -42,7 +41,9 @@
 //   Measured on the H200 (bench_gemm): even the plain store runs faster this way (0.89x the time of
 //   storing bf16 pairs straight from the fragments), so every program takes this path. Passes
 //   without a GEMM (ZERO_ACC) run the same segments and skip the staging: their accumulators are 0;
-//   their tile values come from copies in shared memory (TileCopyElement) instead of read ahead.
+//   their tile values come from copies in shared memory (TileCopyElement) instead of read ahead, as
+//   do those of a GEMM's program that declares kTileCopies (epilogue.cuh), each chunk's copied
+//   while the chunk is staged.
 //
 // Combine order (fixed; every combine is associative up to rounding, so other orders differ only
 // by rounding; the CPU emulator models it with TileShape's LaneSplits {4, 8} and {8, 1}):
@@ -148,17 +149,8 @@ __device__ inline void words8(const float (&v)[8], uint32_t (&w)[8], float*) {
 }  // namespace detail
 
 // ---------------------------------------------------------------- the element
-// How many segments ahead a thread reads its bf16 tile values: 1, or 2 for a program that
-// declares kDeepReadAhead (epilogue.cuh) on a tile of at most 128 accumulators a thread. One
-// segment's arithmetic did not cover the latency of the loads issued for the next one where a
-// program does little per element: Nsight Compute on the H200 (1.5B proj forward,
-// ResidualForward) put 11.5% of the kernel's stall samples on the first use of the words read one
-// segment before (bench/NOTES_gemm_sm90.md, twenty-seventh session). Each segment more costs 4
-// registers per bf16 tile a program loads.
-constexpr int kMaxReadAhead = 2;
-
 // What one thread's segments keep in registers: the current segment's tile words, row values and
-// column values, and the tile words of the next AHEAD (1 or 2) segments, read ahead. Row and
+// column values, and the tile words of the next segment, read ahead. Row and
 // column vectors are read once a tile, a value a thread, into shared memory (TileEpilogue), where
 // a segment takes its row's values and one that starts a half chunk its 8 columns' values.
 //   So the segment loop's only global loads are reads ahead (the tile's first segments and the
@@ -166,10 +158,14 @@ constexpr int kMaxReadAhead = 2;
 // H200, GeluBackward and QkvGradient at 1.5B shapes): where a segment also read its own values
 // (its first of a tile, or column values at a half chunk's start), most stall samples of the
 // epilogue sat at their first use (17% and 45% of the kernels' samples), the loads of the
-// segment ahead having just been issued.
+// segment ahead having just been issued. Where a segment's arithmetic is short beside its tile
+// loads, one segment does not cover their latency either (ResidualForward: 11.5% of the 1.5B
+// proj forward's stall samples on the first use of the words read ahead, twenty-seventh session;
+// two segments ahead did not either at K = 1024): such a program copies its tiles into shared
+// memory a chunk at a time instead (kTileCopies).
 struct SegmentSlots {
     RegisterSlots loaded[8], stored[8];  // [w]: word w of each tile load / the value of each store's element w
-    RegisterSlots ahead_loaded[kMaxReadAhead][8];  // [d][w]: the same words of the segment d + 1 ahead
+    RegisterSlots ahead_loaded[8];       // [w]: the same words of the next segment
     RegisterSlots row;                   // this segment's row vector values
     RegisterSlots col[8];                // [e]: column j0 + e's vector values
     RegisterSlots tile_row, tile_col;    // this thread's row and column of the tile, before they go to shared memory
@@ -214,19 +210,17 @@ __device__ inline int row_vector_slot(int& counter) {
 
 // Element k (0..7, a compile-time constant once unrolled) of the segment of columns j - k ... j - k + 7
 // of row i. Tile accesses: element 0's load takes all 8 values, element 7's store writes all 8
-// (the others hand their values over in `slots`); SHARED_TILES (a pass, ZERO_ACC): element 0 takes
-// each loaded 16-bit tile's values from the block's copy of the tile in shared memory (tile s's at
-// tiles + s tile_stride) instead of a read ahead. Element 0 also reads the bf16 tile values of the
-// segment AHEAD segments ahead (row ahead_i, columns from ahead_j; ahead_i = -1 where there is
-// none), and its row's values of each row vector from the tile's in shared memory (row_vectors).
+// (the others hand their values over in `slots`); SHARED_TILES (a pass, or a program's kTileCopies):
+// element 0 takes each loaded 16-bit tile's values from the copy of the tile's chunk in shared
+// memory (tile s's at tiles + s tile_stride) instead of a read ahead. Element 0 also reads the bf16 tile values of the
+// next segment (row ahead_i, columns from ahead_j; ahead_i = -1 where there is none), and its row's values of each row vector from the tile's in shared memory (row_vectors).
 // new_cols: this segment starts a half chunk, and takes its 8 columns' values of each column vector
 // from the tile's in shared memory (col_vectors). Stores hand over the values unrounded: element 7
 // rounds and packs them in pairs (the value store() returns is rounded on its own, and costs
 // nothing where the program does not use it). Reading ahead keeps each element's
 // read before its write, so an output may alias an input (ResidualForward's x_out and residual).
-template <bool SHARED_TILES, int AHEAD>
+template <bool SHARED_TILES>
 struct SegmentElement {
-    static_assert(AHEAD >= 1 && AHEAD <= kMaxReadAhead, "segments read ahead");
     float acc;
     int i, j, k;
     bool new_cols;
@@ -252,18 +246,12 @@ struct SegmentElement {
                 slots->loaded[0].set(s, v.x), slots->loaded[1].set(s, v.y);
                 slots->loaded[2].set(s, v.z), slots->loaded[3].set(s, v.w);
             } else if constexpr (detail::kReadAhead<T>) {
-                constexpr int kLast = AHEAD - 1;
 #pragma unroll
-                for (int e = 0; e < kWords; e++) {
-                    slots->loaded[e].set(s, slots->ahead_loaded[0][e].get(s));
-#pragma unroll
-                    for (int d = 0; d < kLast; d++)
-                        slots->ahead_loaded[d][e].set(s, slots->ahead_loaded[d + 1][e].get(s));
-                }
+                for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, slots->ahead_loaded[e].get(s));
                 if (ahead_i >= 0) {
                     detail::read_segment(p, layout, ahead_i, ahead_j, w);
 #pragma unroll
-                    for (int e = 0; e < kWords; e++) slots->ahead_loaded[kLast][e].set(s, __uint_as_float(w[e]));
+                    for (int e = 0; e < kWords; e++) slots->ahead_loaded[e].set(s, __uint_as_float(w[e]));
                 }
             } else {
                 detail::read_segment(p, layout, i, j, w);
@@ -316,16 +304,15 @@ struct SegmentElement {
     }
 };
 
-// Reads what a thread's segment d (0 ... AHEAD - 1 of its TileEpilogue, a compile-time constant
-// once unrolled) of a tile (row i, columns j ... j + 7; i = -1 where it has none) would have had read
-// ahead for it (no tile values with SHARED_TILES: a pass has them in shared memory), its row `row`
+// Reads what a thread's first segment of a tile (row i, columns j ... j + 7; i = -1 where it has
+// none) would have had read ahead for it (no tile values with SHARED_TILES: a pass has them in shared memory), its row `row`
 // of the tile's row vectors and its column `col` of the tile's column vectors (-1: none), before the
 // segment loop: run through a program's element() like the others, so its slots are numbered the
 // same way. Nothing else it does or returns is anything (zeros).
 template <bool SHARED_TILES>
 struct PreloadElement {
     float acc = 0.f;
-    int i, j, row, col, d;
+    int i, j, row, col;
     ElementCounters* counters;
     SegmentSlots* slots;
 
@@ -337,7 +324,7 @@ struct PreloadElement {
             uint32_t w[8];
             detail::read_segment(p, layout, i, j, w);
 #pragma unroll
-            for (int e = 0; e < detail::kWords8<T>; e++) slots->ahead_loaded[d][e].set(s, __uint_as_float(w[e]));
+            for (int e = 0; e < detail::kWords8<T>; e++) slots->ahead_loaded[e].set(s, __uint_as_float(w[e]));
         }
         return T{};
     }
@@ -378,8 +365,8 @@ struct PrefetchElement : LoadsOnly {
     }
 };
 
-// A pass (ZERO_ACC) copies the tiles its program loads into shared memory, 64 columns (a chunk) at
-// a time: run through the program once a chunk, this element's k-th load copies this
+// A pass (ZERO_ACC), or a GEMM's program that declares kTileCopies, copies the tiles it loads into
+// shared memory, 64 columns (a chunk) at a time: run through the program once a chunk, this element's k-th load copies this
 // thread's share of chunk rows of tile k (16-byte pieces: thread t takes piece t % 8 of rows t / 8,
 // + threads / 8, ...; a warp copies 4 whole rows of 128 bytes), by cp.async where the tile's rows
 // are 16-byte aligned and element by element otherwise; fp32 tiles, which only a GEMM's program
@@ -494,9 +481,10 @@ struct TileEpilogue {
     static constexpr int kChunkCols = 64, kHalfCols = 32, kChunks = kTileCols / kChunkCols;
     static constexpr int kWarpChunks = FN * 8 / kChunkCols;
     static constexpr int kRowsPerPass = kThreads / 4, kPasses = kTileRows / kRowsPerPass;
-    // Segments read ahead (SegmentSlots): two for a program that asks for it, where the tile's
-    // accumulators leave the registers (at most 128 a thread).
-    static constexpr int kAhead = deep_read_ahead<P> && FM * FN * 4 <= 128 ? 2 : 1;
+    // A GEMM's loaded tiles copied into shared memory a chunk at a time (tile_copies), as a
+    // pass's are: kSharedTiles, the segments read them there.
+    static constexpr int kCopiedTiles = !ZERO_ACC && FM * FN * 4 <= 128 ? tile_copies<P> : 0;
+    static constexpr bool kSharedTiles = ZERO_ACC || kCopiedTiles > 0;
     static_assert(FN * 8 % kChunkCols == 0 && kTileRows % kRowsPerPass == 0, "tile of whole chunks and passes");
     // A thread's rows in the passes differ by multiples of 4: the same swizzle (staged_at) and
     // the same half order (tile_piece_at), so a pass's shared addresses are the first pass's plus
@@ -505,13 +493,17 @@ struct TileEpilogue {
     static constexpr size_t kStageBytes = ZERO_ACC ? 0 : (size_t)kTileRows * kChunkCols * sizeof(float);
     static constexpr size_t kColStateBytes = kCols ? (size_t)kWarps * kTileCols * sizeof(Col) : 0;
     // The tile's columns of the column vectors and rows of the row vectors the program reads.
-    static constexpr size_t kColVectorBytes = (size_t)kMaxColumnVectors * kTileCols * sizeof(float);
-    static constexpr size_t kRowVectorBytes = (size_t)kMaxRowVectors * kTileRows * sizeof(float);
-    static constexpr size_t kSmemBytes = kStageBytes + kColStateBytes + kColVectorBytes + kRowVectorBytes;
-    // A pass's copy of the chunk of each tile it loads (16-bit values), after the above: rows of 128 bytes.
-    static constexpr size_t kPassTileBytes = ZERO_ACC ? (size_t)kTileRows * kChunkCols * 2 : 0;
-    static_assert(kSmemBytes % 16 == 0 && kChunkCols * 2 == TileCopyElement::kRowBytes, "16-byte aligned tile copies of chunk rows");
-    static constexpr size_t pass_smem_bytes(int tile_loads) { return kSmemBytes + tile_loads * kPassTileBytes; }
+    static constexpr int kColVectors = column_vector_count<P>, kRowVectors = row_vector_count<P>;
+    static_assert(kColVectors <= kMaxColumnVectors && kRowVectors <= kMaxRowVectors, "vectors a program reads");
+    static constexpr size_t kColVectorBytes = (size_t)kColVectors * kTileCols * sizeof(float);
+    static constexpr size_t kRowVectorBytes = (size_t)kRowVectors * kTileRows * sizeof(float);
+    static constexpr size_t kCopiesAt = kStageBytes + kColStateBytes + kColVectorBytes + kRowVectorBytes;
+    // The copy of the chunk of each tile copied (16-bit values), after the above: rows of 128 bytes.
+    static constexpr size_t kTileCopyBytes = kSharedTiles ? (size_t)kTileRows * kChunkCols * 2 : 0;
+    static constexpr size_t kSmemBytes = kCopiesAt + kCopiedTiles * kTileCopyBytes;
+    static_assert(kCopiesAt % 16 == 0 && kChunkCols * 2 == TileCopyElement::kRowBytes, "16-byte aligned tile copies of chunk rows");
+    // A pass copies every tile it loads (tile_loads(program)).
+    static constexpr size_t pass_smem_bytes(int tile_loads) { return kCopiesAt + tile_loads * kTileCopyBytes; }
 
     template <class Sync>
     __device__ static void run(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_col0, int warp_m,
@@ -578,21 +570,21 @@ struct TileEpilogue {
         const uint32_t col_vectors = stage + (uint32_t)(kStageBytes + kColStateBytes);
         const uint32_t row_vectors = col_vectors + (uint32_t)kColVectorBytes;
         constexpr uint32_t kColStride = kTileCols * sizeof(float), kRowStride = kTileRows * sizeof(float);
-        const uint32_t tile_copies = stage + (uint32_t)kSmemBytes;  // a pass's
+        const uint32_t tile_copies = stage + (uint32_t)kCopiesAt;
         auto copy_chunk = [&](int c) {
             ElementCounters counters;
             Row row{};
             Col cols{};
             p.element(TileCopyElement{{}, tile_row0, tile_col0 + c * kChunkCols, M, N, T, kThreads, kTileRows,
-                                      tile_copies, (uint32_t)kPassTileBytes, &counters},
+                                      tile_copies, (uint32_t)kTileCopyBytes, &counters},
                       row, cols);
+            if (!ZERO_ACC && counters.load > kCopiedTiles) __trap();  // more tiles than kTileCopies: folded away
             ptx::cp_async_commit();
         };
         if constexpr (ZERO_ACC) copy_chunk(0);  // in flight with the first segment's reads below
         Row rows[kPasses] = {};
         // A thread's segments, in order: chunk, half, pass (those inside the matrix). Each reads
-        // the tile values of the segment kAhead after it ahead; the first kAhead segments' are
-        // read here, with thread T's row T of the tile's row vectors and column T of its column
+        // the tile values of the next one ahead; the first segment's are read here, with thread T's row T of the tile's row vectors and column T of its column
         // vectors, which go to shared memory while (or once) the first chunk is staged: the
         // segments read their row and column values there. A tile wider or taller than its
         // threads (128 x 320 on 256) also takes column (row) T + kThreads, in slots_hi.
@@ -603,48 +595,35 @@ struct TileEpilogue {
         static_assert(kTileCols <= 2 * kThreads && kTileRows <= 2 * kThreads,
                       "two columns and two rows of the vectors a thread at most");
         constexpr bool kSecondVectors = kTileCols > kThreads || kTileRows > kThreads;
-        // The segment after the one of row i (-1: none), columns from j, pass `pass`: the next
-        // pass, else (no more passes, or no more rows) the first pass of the next 32 columns, in
-        // this chunk or the next; none past the tile's columns or the matrix's. By selects: a branch
-        // in a segment's code keeps the compiler from interleaving its elements' arithmetic.
-        const int first_row = tile_row0 + row0, cols_end = min(N, tile_col0 + kTileCols);
-        auto step = [&](int& i, int& j, int& pass) {
-            const bool half_done = pass + 1 == kPasses || i + kRowsPerPass >= M;
-            i = half_done ? first_row : i + kRowsPerPass;
-            j = half_done ? j + kHalfCols : j;
-            pass = half_done ? 0 : pass + 1;
-            if (j >= cols_end) i = -1;
-        };
         SegmentSlots slots, slots_hi;
-        // Reads into s the values of the thread's segment d (none where d < 0) and the tile's
+        // Reads into s the values of the thread's first segment (where `first`) and the tile's
         // row r of the row vectors and column c of the column vectors (none past the tile or the
         // matrix); returns how many vectors of each kind the program reads.
-        auto preload = [&](int d, int r, int c, SegmentSlots& s) {
-            int i = d >= 0 && first_row < M && tile_col0 + 8 * q < N ? first_row : -1, j = tile_col0 + 8 * q, pass = 0;
-            for (int e = 0; e < d && i >= 0; e++) step(i, j, pass);
+        auto preload = [&](bool first, int r, int c, SegmentSlots& s) {
+            const int first_row = tile_row0 + row0, j = tile_col0 + 8 * q;
+            const int i = first && first_row < M && j < N ? first_row : -1;
             ElementCounters counters;
             Row row{};
             Col cols{};
             const int vrow = r < kTileRows && tile_row0 + r < M ? tile_row0 + r : -1;
             const int vcol = c < kTileCols && tile_col0 + c < N ? tile_col0 + c : -1;
-            p.element(PreloadElement<ZERO_ACC>{0.f, i, j, vrow, vcol, max(d, 0), &counters, &s}, row, cols);
+            p.element(PreloadElement<kSharedTiles>{0.f, i, j, vrow, vcol, &counters, &s}, row, cols);
             return counters;
         };
         // the vectors the program reads (compile-time constants once inlined)
-        const ElementCounters vectors = preload(0, T, T, slots);
-#pragma unroll
-        for (int d = 1; d < kAhead; d++) preload(d, kTileRows, kTileCols, slots);
-        if constexpr (kSecondVectors) preload(-1, T + kThreads, T + kThreads, slots_hi);
+        const ElementCounters vectors = preload(true, T, T, slots);
+        if (vectors.row > kRowVectors || vectors.col > kColVectors) __trap();  // folded away within its declaration
+        if constexpr (kSecondVectors) preload(false, T + kThreads, T + kThreads, slots_hi);
         // The values of row r and column c (in s) to shared memory, where the segments read them.
         auto park = [&](const SegmentSlots& s, int r, int c) {
             if (r < kTileRows) {
 #pragma unroll
-                for (int v = 0; v < kMaxRowVectors; v++)
+                for (int v = 0; v < kRowVectors; v++)
                     if (v < vectors.row) ptx::st_shared(row_vectors + v * kRowStride + 4 * r, s.tile_row.value[v]);
             }
             if (c < kTileCols) {
 #pragma unroll
-                for (int v = 0; v < kMaxColumnVectors; v++)
+                for (int v = 0; v < kColVectors; v++)
                     if (v < vectors.col) ptx::st_shared(col_vectors + v * kColStride + 4 * c, s.tile_col.value[v]);
             }
         };
@@ -660,8 +639,10 @@ struct TileEpilogue {
         for (int c = 0; c < kChunks; c++) {
             if constexpr (!ZERO_ACC) {
                 sync();  // the previous chunk's (tile's) segments are read
+                if constexpr (kCopiedTiles > 0) copy_chunk(c);  // in flight while the chunk is staged
                 stage_chunk(acc, c, warp_n, warp_row0 - tile_row0, stage);
                 if (c == 0) park_vectors();
+                if constexpr (kCopiedTiles > 0) ptx::cp_async_wait<0>();
                 sync();
             } else {
                 if (c > 0) {
@@ -687,16 +668,13 @@ struct TileEpilogue {
                     if (i >= M || j0 >= N) break;  // and so are the later passes' rows
                     // The next segment: the next pass, else (no more passes, or no more rows) the
                     // first pass of the next half chunk: the next 32 columns, in this chunk or the
-                    // next. (step() says the same; written out here, one read ahead compiles to
-                    // faster code: LmHeadForward 2% slower through step(), twenty-seventh session.)
+                    // next; none past the tile's columns or the matrix's. By selects: a branch in a
+                    // segment's code keeps the compiler from interleaving its elements' arithmetic.
                     const bool half_done = pass + 1 == kPasses || i + kRowsPerPass >= M;
                     const bool last = half_done && half + 1 == kChunkCols / kHalfCols && c + 1 == kChunks;
                     const int next_i = half_done ? tile_row0 + row0 : i + kRowsPerPass;
-                    const int next_j = half_done ? j0 + kHalfCols : j0;
-                    int ahead_i = !last && next_j < N ? next_i : -1, ahead_j = next_j;
-                    int ahead_pass = half_done ? 0 : pass + 1;
-#pragma unroll
-                    for (int d = 1; d < kAhead; d++) step(ahead_i, ahead_j, ahead_pass);
+                    const int ahead_j = half_done ? j0 + kHalfCols : j0;
+                    const int ahead_i = !last && ahead_j < N ? next_i : -1;
                     float v[8] = {};
                     if constexpr (!ZERO_ACC) {
                         constexpr uint32_t kPassStageBytes = kRowsPerPass * kChunkCols * sizeof(float);
@@ -709,12 +687,12 @@ struct TileEpilogue {
 #pragma unroll
                     for (int k = 0; k < 8; k++) {
                         ElementCounters counters;
-                        p.element(SegmentElement<ZERO_ACC, kAhead>{v[k], i, j0 + k, k, pass == 0, ahead_i, ahead_j,
+                        p.element(SegmentElement<kSharedTiles>{v[k], i, j0 + k, k, pass == 0, ahead_i, ahead_j,
                                                            segment_cols, kColStride,
                                                            row_vectors + 4 * row, kRowStride,
                                                            &counters, &slots,
                                                            segment_tiles + pass * kPassTileCopyBytes,
-                                                           (uint32_t)kPassTileBytes},
+                                                           (uint32_t)kTileCopyBytes},
                                   row_state, cols[k]);
                     }
                     detail::select_set(rows, pass, row_state);
