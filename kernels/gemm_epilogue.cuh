@@ -24,10 +24,10 @@
 // row's state stays in the thread across the chunks; its columns are the same in every pass of a
 // half, so their vector values are taken once. Each segment reads the next segment's tile values
 // ahead (SegmentElement), across halves and chunks too: the latency of those loads hides behind
-// this segment's arithmetic; the first segments' are read before the first chunk is staged, with the tile's row
-// and column vector values (a row and a column a thread), which wait in shared memory. On the
-// Hopper mainloop the tiles an epilogue will read are also asked of L2 a few k-blocks before the
-// mainloop ends (prefetch(), PrefetchElement).
+// this segment's arithmetic; the first segment's are read before the first chunk is staged, with
+// the tile's row and column vector values (a row and a column a thread), which wait in shared
+// memory. On the Hopper mainloop the tiles an epilogue will read are also asked of L2 a few
+// k-blocks before the mainloop ends (prefetch(), PrefetchElement).
 //   Staging layout: row r of the chunk is 64 floats (16 pieces of 16 bytes), piece k stored at
 //   k ^ s(r), s(r) = 2 (r mod 4) + (r mod 2): the fragment stores (16 lanes of a half-warp: 4 rows
 //   x 4 column pairs) and the segment loads (8 lanes of a quarter-warp: 2 rows x 4 pieces) each hit
@@ -212,8 +212,9 @@ __device__ inline int row_vector_slot(int& counter) {
 // of row i. Tile accesses: element 0's load takes all 8 values, element 7's store writes all 8
 // (the others hand their values over in `slots`); SHARED_TILES (a pass, or a program's kTileCopies):
 // element 0 takes each loaded 16-bit tile's values from the copy of the tile's chunk in shared
-// memory (tile s's at tiles + s tile_stride) instead of a read ahead. Element 0 also reads the bf16 tile values of the
-// next segment (row ahead_i, columns from ahead_j; ahead_i = -1 where there is none), and its row's values of each row vector from the tile's in shared memory (row_vectors).
+// memory (tile s's at tiles + s tile_stride) instead of a read ahead. Element 0 also reads the
+// bf16 tile values of the next segment (row ahead_i, columns from ahead_j; ahead_i = -1 where there
+// is none), and its row's values of each row vector from the tile's in shared memory (row_vectors).
 // new_cols: this segment starts a half chunk, and takes its 8 columns' values of each column vector
 // from the tile's in shared memory (col_vectors). Stores hand over the values unrounded: element 7
 // rounds and packs them in pairs (the value store() returns is rounded on its own, and costs
@@ -305,10 +306,10 @@ struct SegmentElement {
 };
 
 // Reads what a thread's first segment of a tile (row i, columns j ... j + 7; i = -1 where it has
-// none) would have had read ahead for it (no tile values with SHARED_TILES: a pass has them in shared memory), its row `row`
-// of the tile's row vectors and its column `col` of the tile's column vectors (-1: none), before the
-// segment loop: run through a program's element() like the others, so its slots are numbered the
-// same way. Nothing else it does or returns is anything (zeros).
+// none) would have had read ahead for it (no tile values with SHARED_TILES: they are copied into
+// shared memory), its row `row` of the tile's row vectors and its column `col` of the tile's column
+// vectors (-1: none), before the segment loop: run through a program's element() like the others,
+// so its slots are numbered the same way. Nothing else it does or returns is anything (zeros).
 template <bool SHARED_TILES>
 struct PreloadElement {
     float acc = 0.f;
@@ -366,11 +367,12 @@ struct PrefetchElement : LoadsOnly {
 };
 
 // A pass (ZERO_ACC), or a GEMM's program that declares kTileCopies, copies the tiles it loads into
-// shared memory, 64 columns (a chunk) at a time: run through the program once a chunk, this element's k-th load copies this
-// thread's share of chunk rows of tile k (16-byte pieces: thread t takes piece t % 8 of rows t / 8,
-// + threads / 8, ...; a warp copies 4 whole rows of 128 bytes), by cp.async where the tile's rows
-// are 16-byte aligned and element by element otherwise; fp32 tiles, which only a GEMM's program
-// run with K = 0 loads (their slots stay unused), are read from global memory where used.
+// shared memory, 64 columns (a chunk) at a time: run through the program once a chunk, this
+// element's k-th load copies this thread's share of chunk rows of tile k (16-byte pieces: thread
+// t takes piece t % 8 of rows t / 8, + threads / 8, ...; a warp copies 4 whole rows of 128 bytes),
+// by cp.async where the tile's rows are 16-byte aligned and element by element otherwise; fp32
+// tiles (a GEMM's program run with K = 0, the tests' fp32 activations) are read from global
+// memory where used, their slots left unused.
 // The copy of tile k's chunk starts at `chunk` + k slot_bytes (shared address); piece p of
 // row r lies at tile_piece_at(r, p): odd rows with their halves swapped, so that the two rows a
 // quarter-warp's segment loads touch (rows r and r + 1, the same 64 bytes of each) hit 32 different
@@ -584,9 +586,10 @@ struct TileEpilogue {
         if constexpr (ZERO_ACC) copy_chunk(0);  // in flight with the first segment's reads below
         Row rows[kPasses] = {};
         // A thread's segments, in order: chunk, half, pass (those inside the matrix). Each reads
-        // the tile values of the next one ahead; the first segment's are read here, with thread T's row T of the tile's row vectors and column T of its column
-        // vectors, which go to shared memory while (or once) the first chunk is staged: the
-        // segments read their row and column values there. A tile wider or taller than its
+        // the tile values of the next one ahead; the first segment's are read here, with thread
+        // T's row T of the tile's row vectors and column T of its column vectors, which go to
+        // shared memory while (or once) the first chunk is staged: the segments read their row
+        // and column values there. A tile wider or taller than its
         // threads (128 x 320 on 256) also takes column (row) T + kThreads, in slots_hi.
         //   Row values read ahead from global memory instead, a segment before their use, left
         // that segment stalled on them where its arithmetic was short: at K = 1024 the LayerNorm
