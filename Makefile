@@ -1,7 +1,7 @@
 # Convenience wrapper around CMake. The two commands a new user needs:
 #   make train    prepare TinyShakespeare and train gpt2-tiny (GPU if present, else the CPU reference);
-#                 an interrupted run continues from its checkpoint (--resume auto, unless ARGS says
-#                 --resume or --init-from)
+#                 a run stopped by Ctrl-C continues from its checkpoint (--resume auto, unless ARGS
+#                 says --resume or --init-from)
 #   make test     build and run every test (GPU tests skip where no GPU exists)
 BUILD ?= build
 JOBS ?= $(shell nproc)
