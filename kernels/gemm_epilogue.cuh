@@ -196,14 +196,10 @@ __device__ inline void read_segment(const T* p, const Layout& layout, int r, int
 // are read when used: their 8 words more a tile do not fit beside the accumulators.
 template <class T>
 constexpr bool kReadAhead = sizeof(T) == 2;
-__device__ inline int column_vector_slot(int& counter) {
+// The slot of a row (column) vector read: at most kMaxRowVectors (kMaxColumnVectors) of them.
+__device__ inline int vector_slot(int& counter, int max_vectors) {
     const int k = next_slot(counter);
-    if (k >= kMaxColumnVectors) __trap();  // folded away for programs within the limit
-    return k;
-}
-__device__ inline int row_vector_slot(int& counter) {
-    const int k = next_slot(counter);
-    if (k >= kMaxRowVectors) __trap();  // folded away for programs within the limit
+    if (k >= max_vectors) __trap();  // folded away for programs within the limit
     return k;
 }
 }  // namespace detail
@@ -287,13 +283,13 @@ struct SegmentElement {
     __device__ void row_output(float* out, float x) const { out[i] = x; }
     template <class T>
     __device__ T row_input(const T*) const {
-        const int s = detail::row_vector_slot(counters->row);
+        const int s = detail::vector_slot(counters->row, kMaxRowVectors);
         if (k == 0) slots->row.set(s, ptx::ld_shared(row_vectors + s * row_stride));
         return detail::from_word<T>(slots->row.get(s));
     }
     template <class T>
     __device__ T col_input(const T*) const {
-        const int s = detail::column_vector_slot(counters->col);
+        const int s = detail::vector_slot(counters->col, kMaxColumnVectors);
         if (k == 0 && new_cols) {
             const uint32_t at = col_vectors + s * col_stride;
             const float4 a = ptx::ld_shared_v4(at), b = ptx::ld_shared_v4(at + 16);
@@ -337,13 +333,13 @@ struct PreloadElement {
     __device__ void row_output(float*, float) const {}
     template <class T>
     __device__ T row_input(const T* v) const {
-        const int s = detail::row_vector_slot(counters->row);
+        const int s = detail::vector_slot(counters->row, kMaxRowVectors);
         if (row >= 0) slots->tile_row.set(s, detail::as_word(load_input(v + row)));
         return T{};
     }
     template <class T>
     __device__ T col_input(const T* v) const {
-        const int s = detail::column_vector_slot(counters->col);
+        const int s = detail::vector_slot(counters->col, kMaxColumnVectors);
         if (col >= 0) slots->tile_col.set(s, detail::as_word(load_input(v + col)));
         return T{};
     }
