@@ -196,12 +196,6 @@ __device__ inline void read_segment(const T* p, const Layout& layout, int r, int
 // are read when used: their 8 words more a tile do not fit beside the accumulators.
 template <class T>
 constexpr bool kReadAhead = sizeof(T) == 2;
-// The slot of a row (column) vector read: at most kMaxRowVectors (kMaxColumnVectors) of them.
-__device__ inline int vector_slot(int& counter, int max_vectors) {
-    const int k = next_slot(counter);
-    if (k >= max_vectors) __trap();  // folded away for programs within the limit
-    return k;
-}
 }  // namespace detail
 
 // Element k (0..7, a compile-time constant once unrolled) of the segment of columns j - k ... j - k + 7
@@ -283,13 +277,13 @@ struct SegmentElement {
     __device__ void row_output(float* out, float x) const { out[i] = x; }
     template <class T>
     __device__ T row_input(const T*) const {
-        const int s = detail::vector_slot(counters->row, kMaxRowVectors);
+        const int s = detail::next_slot(counters->row);
         if (k == 0) slots->row.set(s, ptx::ld_shared(row_vectors + s * row_stride));
         return detail::from_word<T>(slots->row.get(s));
     }
     template <class T>
     __device__ T col_input(const T*) const {
-        const int s = detail::vector_slot(counters->col, kMaxColumnVectors);
+        const int s = detail::next_slot(counters->col);
         if (k == 0 && new_cols) {
             const uint32_t at = col_vectors + s * col_stride;
             const float4 a = ptx::ld_shared_v4(at), b = ptx::ld_shared_v4(at + 16);
@@ -333,13 +327,13 @@ struct PreloadElement {
     __device__ void row_output(float*, float) const {}
     template <class T>
     __device__ T row_input(const T* v) const {
-        const int s = detail::vector_slot(counters->row, kMaxRowVectors);
+        const int s = detail::next_slot(counters->row);
         if (row >= 0) slots->tile_row.set(s, detail::as_word(load_input(v + row)));
         return T{};
     }
     template <class T>
     __device__ T col_input(const T* v) const {
-        const int s = detail::vector_slot(counters->col, kMaxColumnVectors);
+        const int s = detail::next_slot(counters->col);
         if (col >= 0) slots->tile_col.set(s, detail::as_word(load_input(v + col)));
         return T{};
     }
@@ -611,7 +605,8 @@ struct TileEpilogue {
         };
         // the vectors the program reads (compile-time constants once inlined)
         const ElementCounters vectors = preload(true, T, T, slots);
-        if (vectors.row > kRowVectors || vectors.col > kColVectors) __trap();  // folded away within its declaration
+        // more than the program declares (kRowVectors <= kMaxRowVectors ...): folded away within it
+        if (vectors.row > kRowVectors || vectors.col > kColVectors) __trap();
         if constexpr (kSecondVectors) preload(false, T + kThreads, T + kThreads, slots_hi);
         // The values of row r and column c (in s) to shared memory, where the segments read them.
         auto park = [&](const SegmentSlots& s, int r, int c) {

@@ -268,9 +268,11 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // anything is written
     std::optional<Checkpoint> resume;
     std::string resume_path;
-    const bool resumes = opt.resume == "auto" ? !list_checkpoints(cfg.out_dir).empty() : !opt.resume.empty();
-    if (resumes) {
-        resume_path = opt.resume == "latest" || opt.resume == "auto" ? latest_checkpoint(cfg.out_dir) : opt.resume;
+    // auto: latest where out_dir holds a checkpoint, else a new run
+    const std::string resume_from =
+        opt.resume == "auto" ? (list_checkpoints(cfg.out_dir).empty() ? "" : "latest") : opt.resume;
+    if (!resume_from.empty()) {
+        resume_path = resume_from == "latest" ? latest_checkpoint(cfg.out_dir) : resume_from;
         resume = load_checkpoint(resume_path);
         check_resumable(*resume, cfg, resume_path);
     }
