@@ -154,7 +154,7 @@ struct LmHeadForward : NoColPartials {
     template <class E>
     CODA_HD void element(const E& e, Row& row, Col&) const {
         const float z = logits.store(e, ln(e));
-        e.add_exp(row.z, z, e.j < vocab);
+        row.z.add_if(z, e.j < vocab);
         target_logit.take(e, z);
     }
     CODA_HD void write_row(const Row& row, RowSlot s) const { lse_partials.write(row.z, s); }

@@ -61,8 +61,6 @@
 //   target gather      target_logit.take(e, x)            (Gather)
 // Reductions: Sum (sum, dot with a column vector or a loaded tile: add(a, b)), Welford
 // (count, mean, M2), MaxSumExp (online max and sum of exp), each with add, combine, store/load.
-// MaxSumExp goes through the element, e.add_exp(row.z, x, counted): the GPU engine adds a
-// segment's 8 values at once (MaxSumExp::add8), the others one at a time.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -184,9 +182,6 @@ struct Element {
         return to_float(stored);
     }
     CODA_HD void row_output(float* out, float x) const { out[i] = x; }  // out[i] of a row vector
-    // z.add_if(x, counted) for a row's MaxSumExp z
-    template <class R>
-    CODA_HD void add_exp(R& z, float x, bool counted) const { z.add_if(x, counted); }
     template <class T>
     CODA_HD T row_input(const T* v) const { return load_input(v + i); }  // v[i] of a row vector
     template <class T>
@@ -202,8 +197,6 @@ struct LoadsOnly {
     template <class T, class L>
     CODA_HD float store(T*, const L&, float) const { return 0.f; }
     CODA_HD void row_output(float*, float) const {}
-    template <class R>
-    CODA_HD void add_exp(R&, float, bool) const {}
     template <class T>
     CODA_HD T row_input(const T*) const { return T{}; }
     template <class T>
@@ -411,17 +404,6 @@ struct MaxSumExp {
         const float grown = x > max ? fmaf(sum, e, 1.f) : sum + e;
         sum = counted ? grown : sum;
         max = counted ? fmaxf(max, x) : max;
-    }
-    // The adds of 8 values at once, x[e] = -inf for one not counted: their exps wait on one max
-    // (a tree of fmaxf) instead of each on the max after the one before, a chain of 8 exps that
-    // the GPU epilogue, one warp a scheduler, cannot hide. Empty as before where all 8 are -inf.
-    CODA_HD void add8(const float (&x)[8]) {
-        const float m = fmaxf(fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3])), fmaxf(fmaxf(x[4], x[5]), fmaxf(x[6], x[7])));
-        const float grown = fmaxf(max, m), base = grown == -INFINITY ? 0.f : grown;  // no -inf + inf
-        float e[8];
-        for (int k = 0; k < 8; k++) e[k] = exp_fast(x[k] - base);
-        sum = fmaf(sum, exp_fast(max - base), ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7])));
-        max = grown;
     }
     CODA_HD void combine(const MaxSumExp& o) {
         if (o.sum == 0.f) return;

@@ -91,7 +91,7 @@ struct RegisterSlots {
 // What one element() call numbers as it goes: its tile loads and tile stores (the k-th of each is
 // the same tile for every element: epilogue.cuh's rule), and its row and column vector reads.
 struct ElementCounters {
-    int load = 0, store = 0, row = 0, col = 0, exp = 0;
+    int load = 0, store = 0, row = 0, col = 0;
 };
 
 namespace detail {
@@ -169,7 +169,6 @@ struct SegmentSlots {
     RegisterSlots row;                   // this segment's row vector values
     RegisterSlots col[8];                // [e]: column j0 + e's vector values
     RegisterSlots tile_row, tile_col;    // this thread's row and column of the tile, before they go to shared memory
-    RegisterSlots exps[8];               // [e]: element e's value of each add_exp (-inf: not counted)
 };
 
 namespace detail {
@@ -276,18 +275,6 @@ struct SegmentElement {
         return to_float(round_to<T>(x));
     }
     __device__ void row_output(float* out, float x) const { out[i] = x; }
-    // The segment's 8 values go to z at once, at element 7 (MaxSumExp::add8).
-    template <class R>
-    __device__ void add_exp(R& z, float x, bool counted) const {
-        const int s = detail::next_slot(counters->exp);
-        slots->exps[k].set(s, counted ? x : -INFINITY);
-        if (k == 7) {
-            float v[8];
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = slots->exps[e].get(s);
-            z.add8(v);
-        }
-    }
     template <class T>
     __device__ T row_input(const T*) const {
         const int s = detail::next_slot(counters->row);
@@ -338,8 +325,6 @@ struct PreloadElement {
         return 0.f;
     }
     __device__ void row_output(float*, float) const {}
-    template <class R>
-    __device__ void add_exp(R&, float, bool) const {}
     template <class T>
     __device__ T row_input(const T* v) const {
         const int s = detail::next_slot(counters->row);

@@ -178,36 +178,6 @@ TEST(Reductions, MaxSumExpAddIfSkipsWhatItIsTold) {
     EXPECT_EQ(none.sum, 0.f);
 }
 
-// MaxSumExp::add8 (the GPU engine's add of a segment's 8 values, -inf where not counted) gives the
-// state of add_if over the same values to rounding: segments with the maximum anywhere in them,
-// a growing and a shrinking one, wholly uncounted ones before, between and after the others.
-TEST(Reductions, MaxSumExpAdd8IsEightAddIfs) {
-    Rng rng(11);
-    const std::vector<float> x = random_floats(rng, 8 * 40, 6.0, 1.0);
-    for (int trial = 0; trial < 3; trial++) {
-        MaxSumExp by8, by1;
-        for (int seg = 0; seg < 40; seg++) {
-            float v[8];
-            for (int k = 0; k < 8; k++) {
-                const bool counted = seg % 9 != trial && (seg * 8 + k + trial) % 7 != 0;
-                const float grown = x[seg * 8 + k] + (seg == 20 ? 30.f : seg == 21 ? -30.f : 0.f);
-                v[k] = counted ? grown : -INFINITY;
-                by1.add_if(grown, counted);
-            }
-            by8.add8(v);
-            EXPECT_EQ(by8.max, by1.max) << "segment " << seg;
-            if (by1.sum == 0.f) EXPECT_EQ(by8.sum, 0.f) << "segment " << seg;
-            else EXPECT_NEAR(by8.sum, by1.sum, 2e-6f * by1.sum) << "segment " << seg;
-        }
-        EXPECT_NEAR(by8.lse(), by1.lse(), 1e-5f);
-    }
-    MaxSumExp none;
-    const float all_out[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    none.add8(all_out);
-    EXPECT_EQ(none.max, -INFINITY);
-    EXPECT_EQ(none.sum, 0.f);
-}
-
 // The GEMM of the emulator in every operand layout, edge tiles included: elements outside M x N
 // (the padding of a wider leading dimension) are never written.
 TEST(Emulator, OperandLayoutsAndEdgeTiles) {
@@ -346,8 +316,6 @@ struct ReadOnlyElement {
     template <class T, class L>
     float store(T*, const L&, float) const { return 0.f; }
     void row_output(float*, float) const {}
-    template <class R>
-    void add_exp(R&, float, bool) const {}
     template <class T>
     T row_input(const T*) const { return T{}; }
     template <class T>
