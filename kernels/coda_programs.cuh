@@ -101,8 +101,9 @@ struct ResidualForward : NoColPartials {
     // accumulators a thread: ping-pong), where reading it two segments ahead left each segment
     // waiting for it: the proj forward 1.38-1.45x -> 1.31x its plain GEMM at 350M, 1.21x -> 1.09x
     // at 1.5B (bench_gemm on an H100, forty-fourth session); with no row vector and one column
-    // vector, its epilogue leaves the ring 4 stages. GeluBackward's f copied the same way, on 3
-    // stages, lost (1.37x -> 1.51x at 1.5B). The 128 x 320 tile reads it a segment ahead.
+    // vector, its epilogue leaves the ring 4 stages. GeluBackward's f copied the same way lost on
+    // 3 stages (1.37x -> 1.51x at 1.5B) and was level on 4 (forty-fifth session: its epilogue is
+    // bound by its instructions, not its loads). The 128 x 320 tile reads it a segment ahead.
     static constexpr int kTileCopies = 1, kRowVectors = 0, kColumnVectors = 1;
     ColVec bias;
     LoadTile<Act> residual;

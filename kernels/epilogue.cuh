@@ -86,41 +86,32 @@ namespace codagpt::coda {
 constexpr int kMaxColumnVectors = 4;  // column vector reads of one element() (the programs make two at most)
 constexpr int kMaxRowVectors = 4;     // row vector reads of one element() (LnBackwardX makes four)
 
-// Flags a program may declare: NAME<P> is P::MEMBER where the program declares it, else false
+// Values a program may declare: NAME<P> is P::MEMBER where the program declares it, else DEFAULT
 // (also for P = void, no program: a plan by shape).
-#define CODA_PROGRAM_FLAG(NAME, MEMBER) \
-    template <class P, class = void>    \
-    constexpr bool NAME = false;        \
-    template <class P>                  \
-    constexpr bool NAME<P, decltype((void)P::MEMBER)> = P::MEMBER;
+#define CODA_PROGRAM_VALUE(TYPE, NAME, MEMBER, DEFAULT) \
+    template <class P, class = void>                    \
+    constexpr TYPE NAME = DEFAULT;                      \
+    template <class P>                                  \
+    constexpr TYPE NAME<P, decltype((void)P::MEMBER)> = P::MEMBER;
 // kPass: a pass without a GEMM (above).
-CODA_PROGRAM_FLAG(is_pass, kPass)
+CODA_PROGRAM_VALUE(bool, is_pass, kPass, false)
 // kWideTile: the Hopper engine's plan prices the 128 x 320 tile without its unhidden-epilogue term
 // for the program where K is long (gemm_sm90.cuh, choose_plan).
-CODA_PROGRAM_FLAG(wide_tile_pays, kWideTile)
+CODA_PROGRAM_VALUE(bool, wide_tile_pays, kWideTile, false)
 // kNoWideTile: the plan never gives the program the 128 x 320 tile (whose epilogue it would spill:
 // LnBackwardX's three column partials beside 160 accumulators).
-CODA_PROGRAM_FLAG(wide_tile_refused, kNoWideTile)
-#undef CODA_PROGRAM_FLAG
+CODA_PROGRAM_VALUE(bool, wide_tile_refused, kNoWideTile, false)
 // kTileCopies = n: the GPU engine copies the program's n loaded bf16 tiles into shared memory a
 // chunk at a time (cp.async, as a pass does) and its segments read them there, instead of reading
 // them a segment ahead in registers, on tiles of at most 128 accumulators a thread
-// (gemm_epilogue.cuh); 0 where the program does not declare it.
-template <class P, class = void>
-constexpr int tile_copies = 0;
-template <class P>
-constexpr int tile_copies<P, decltype((void)P::kTileCopies)> = P::kTileCopies;
-// kRowVectors, kColumnVectors: how many row and column vectors the program reads at most, where it
-// declares them (else kMaxRowVectors, kMaxColumnVectors): the GPU engine keeps a tile's values of
-// that many in shared memory, so a program with tile copies may leave the mainloop a stage more.
-template <class P, class = void>
-constexpr int row_vector_count = kMaxRowVectors;
-template <class P>
-constexpr int row_vector_count<P, decltype((void)P::kRowVectors)> = P::kRowVectors;
-template <class P, class = void>
-constexpr int column_vector_count = kMaxColumnVectors;
-template <class P>
-constexpr int column_vector_count<P, decltype((void)P::kColumnVectors)> = P::kColumnVectors;
+// (gemm_epilogue.cuh).
+CODA_PROGRAM_VALUE(int, tile_copies, kTileCopies, 0)
+// kRowVectors, kColumnVectors: how many row and column vectors the program reads at most: the GPU
+// engine keeps a tile's values of that many in shared memory, so a program with tile copies may
+// leave the mainloop a stage more.
+CODA_PROGRAM_VALUE(int, row_vector_count, kRowVectors, kMaxRowVectors)
+CODA_PROGRAM_VALUE(int, column_vector_count, kColumnVectors, kMaxColumnVectors)
+#undef CODA_PROGRAM_VALUE
 
 // ---------------------------------------------------------------- bf16 storage
 #ifdef __CUDACC__

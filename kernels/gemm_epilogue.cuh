@@ -562,13 +562,13 @@ struct TileEpilogue {
         const uint32_t col_vectors = stage + (uint32_t)(kStageBytes + kColStateBytes);
         const uint32_t row_vectors = col_vectors + (uint32_t)kColVectorBytes;
         constexpr uint32_t kColStride = kTileCols * sizeof(float), kRowStride = kTileRows * sizeof(float);
-        const uint32_t tile_copies = stage + (uint32_t)kCopiesAt;
+        const uint32_t copies = stage + (uint32_t)kCopiesAt;  // the tile copies' shared memory
         auto copy_chunk = [&](int c) {
             ElementCounters counters;
             Row row{};
             Col cols{};
             p.element(TileCopyElement{{}, tile_row0, tile_col0 + c * kChunkCols, M, N, T, kThreads, kTileRows,
-                                      tile_copies, (uint32_t)kTileCopyBytes, &counters},
+                                      copies, (uint32_t)kTileCopyBytes, &counters},
                       row, cols);
             if (!ZERO_ACC && counters.load > kCopiedTiles) __trap();  // more tiles than kTileCopies: folded away
             ptx::cp_async_commit();
@@ -654,7 +654,7 @@ struct TileEpilogue {
                 const int j0 = tile_col0 + c * kChunkCols + col0;
                 const uint32_t staged_lo = stage + 4 * staged_at(row0, col0), staged_hi = stage + 4 * staged_at(row0, col0 + 4);
                 const uint32_t segment_cols = col_vectors + 4 * (c * kChunkCols + col0);
-                const uint32_t segment_tiles = tile_copies + TileCopyElement::tile_piece_at(row0, col0 / 8);
+                const uint32_t segment_tiles = copies + TileCopyElement::tile_piece_at(row0, col0 / 8);
                 Col cols[8] = {};
 #pragma unroll 1
                 for (int pass = 0; pass < kPasses; pass++) {
