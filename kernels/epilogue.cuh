@@ -111,6 +111,14 @@ CODA_PROGRAM_VALUE(int, tile_copies, kTileCopies, 0)
 // leave the mainloop a stage more.
 CODA_PROGRAM_VALUE(int, row_vector_count, kRowVectors, kMaxRowVectors)
 CODA_PROGRAM_VALUE(int, column_vector_count, kColumnVectors, kMaxColumnVectors)
+// kUnrollPasses: the GPU engine unrolls the program's segment loop over a half chunk's passes
+// (gemm_epilogue.cuh), where its code is short enough: no selects of its row states, and one
+// warp's segments overlap. Longer programs spill or outgrow the instruction cache that way.
+CODA_PROGRAM_VALUE(bool, unroll_passes, kUnrollPasses, false)
+// kNoWholeVariant: the GPU engine compiles only its general segment loop for the program, not
+// also the variant for tiles of whole segments (gemm_epilogue.cuh, WHOLE), where the two side by
+// side make ptxas spill.
+CODA_PROGRAM_VALUE(bool, whole_variant_refused, kNoWholeVariant, false)
 #undef CODA_PROGRAM_VALUE
 
 // ---------------------------------------------------------------- bf16 storage

@@ -37,7 +37,13 @@
 //   halves and passes are run-time loops over one segment's code (8 elements). A fully unrolled
 //   epilogue (137 KB of SASS for GeluBackward at 128 accumulators a thread) outgrew the SM's
 //   instruction cache (bench/NOTES_gemm_sm90.md, v3); unrolling the passes alone makes ptxas spill
-//   (96 bytes for GeluBackward's sm90 kernels, nvcc 13.0).
+//   (96 bytes for GeluBackward's sm90 kernels, nvcc 13.0), except for short programs
+//   (kUnrollPasses).
+//   Two segment loops: where every tile the program loads or stores is row-major with 16-byte
+//   aligned segments (checked once a tile; every call of the trainer), the WHOLE loop addresses a
+//   segment by a 32-bit offset from the tile's base, kept in registers, with no alignment test and
+//   no element-by-element fallback; the general loop tests each access and computes its 64-bit
+//   address (about 12 instructions an access more, in SASS).
 //   Measured on the H200 (bench_gemm): even the plain store runs faster this way (0.89x the time of
 //   storing bf16 pairs straight from the fragments), so every program takes this path. Passes
 //   without a GEMM (ZERO_ACC) run the same segments and skip the staging: their accumulators are 0;
@@ -169,6 +175,10 @@ struct SegmentSlots {
     RegisterSlots row;                   // this segment's row vector values
     RegisterSlots col[8];                // [e]: column j0 + e's vector values
     RegisterSlots tile_row, tile_col;    // this thread's row and column of the tile, before they go to shared memory
+    // WHOLE (every tile access of the program has whole segments): where each tile load and store
+    // has the tile's first element, set once a tile (PreloadElement); the segments add 32-bit
+    // offsets within the tile.
+    uintptr_t load_base[RegisterSlots::kMax], store_base[RegisterSlots::kMax];
 };
 
 namespace detail {
@@ -196,7 +206,37 @@ __device__ inline void read_segment(const T* p, const Layout& layout, int r, int
 // are read when used: their 8 words more a tile do not fit beside the accumulators.
 template <class T>
 constexpr bool kReadAhead = sizeof(T) == 2;
+// Element (r, c) of a row-major tile whose element (0, 0) is at `base` (WHOLE): a 32-bit offset
+// on a base kept in registers, where segment_at's 64-bit product and the alignment test cost ~12
+// instructions an access (bench/NOTES_gemm_sm90.md, forty-sixth session).
+constexpr long kMaxInTileLd = 1L << 22;  // offsets within a tile of up to 512 rows fit 31 bits
+template <class T>
+__device__ inline T* in_tile(uintptr_t base, const Layout& layout, int r, int c) {
+    return reinterpret_cast<T*>(base) + (r * (int)layout.ld + c);
+}
 }  // namespace detail
+
+// Whether every tile an element() call of the program loads or stores has whole segments
+// (detail::whole_segments): then the engine runs the epilogue's WHOLE variant, with no per-access
+// alignment test and no fallback code in its segment loop. Checked once a tile; true for every
+// call of the trainer.
+struct WholeSegmentsElement : LoadsOnly {
+    bool* whole;
+    template <class T>
+    __device__ static bool whole_tile(const T* p, const Layout& layout) {
+        return detail::whole_segments(p, layout) && layout.ld <= detail::kMaxInTileLd;
+    }
+    template <class T, class L>
+    __device__ T load(const T* p, const L& layout) const {
+        *whole = *whole && whole_tile(p, layout);
+        return T{};
+    }
+    template <class T, class L>
+    __device__ float store(T* p, const L& layout, float) const {
+        *whole = *whole && whole_tile(p, layout);
+        return 0.f;
+    }
+};
 
 // Element k (0..7, a compile-time constant once unrolled) of the segment of columns j - k ... j - k + 7
 // of row i. Tile accesses: element 0's load takes all 8 values, element 7's store writes all 8
@@ -210,12 +250,16 @@ constexpr bool kReadAhead = sizeof(T) == 2;
 // rounds and packs them in pairs (the value store() returns is rounded on its own, and costs
 // nothing where the program does not use it). Reading ahead keeps each element's
 // read before its write, so an output may alias an input (ResidualForward's x_out and residual).
-template <bool SHARED_TILES>
+// WHOLE: every tile the program accesses has whole segments (WholeSegmentsElement): no alignment
+// test and no fallback; the segment's accesses add offsets within the tile (row, col; the next
+// segment's ahead_row, ahead_col) to the tile's bases in `slots`.
+template <bool SHARED_TILES, bool WHOLE>
 struct SegmentElement {
     float acc;
     int i, j, k;
     bool new_cols;
     int ahead_i, ahead_j;
+    int row, col, ahead_row, ahead_col;  // WHOLE: in the tile: this segment's row and first column, the next one's
     uint32_t col_vectors;  // shared address of column vector 0 at this segment's first column (+ slot * col_stride)
     uint32_t col_stride;
     uint32_t row_vectors;  // shared address of row vector 0 at this segment's row (+ slot * row_stride)
@@ -240,12 +284,18 @@ struct SegmentElement {
 #pragma unroll
                 for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, slots->ahead_loaded[e].get(s));
                 if (ahead_i >= 0) {
-                    detail::read_segment(p, layout, ahead_i, ahead_j, w);
+                    if constexpr (WHOLE)
+                        detail::read8(detail::in_tile<const T>(slots->load_base[s], layout, ahead_row, ahead_col), w);
+                    else
+                        detail::read_segment(p, layout, ahead_i, ahead_j, w);
 #pragma unroll
                     for (int e = 0; e < kWords; e++) slots->ahead_loaded[e].set(s, __uint_as_float(w[e]));
                 }
             } else {
-                detail::read_segment(p, layout, i, j, w);
+                if constexpr (WHOLE)
+                    detail::read8(detail::in_tile<const T>(slots->load_base[s], layout, row, col), w);
+                else
+                    detail::read_segment(p, layout, i, j, w);
 #pragma unroll
                 for (int e = 0; e < kWords; e++) slots->loaded[e].set(s, __uint_as_float(w[e]));
             }
@@ -263,10 +313,12 @@ struct SegmentElement {
             float v[8];
 #pragma unroll
             for (int e = 0; e < 8; e++) v[e] = slots->stored[e].get(s);
-            if (detail::whole_segments(p, layout)) {
+            if (WHOLE || detail::whole_segments(p, layout)) {
                 uint32_t w[8];
                 detail::words8(v, w, (T*)nullptr);
-                detail::write8(detail::segment_at(p, layout, i, j - 7), w);
+                detail::write8(WHOLE ? detail::in_tile<T>(slots->store_base[s], layout, row, col)
+                                     : detail::segment_at(p, layout, i, j - 7),
+                               w);
             } else {
 #pragma unroll
                 for (int e = 0; e < 8; e++) p[layout.at(i, j - 7 + e)] = round_to<T>(v[e]);
@@ -300,16 +352,24 @@ struct SegmentElement {
 // shared memory), its row `row` of the tile's row vectors and its column `col` of the tile's column
 // vectors (-1: none), before the segment loop: run through a program's element() like the others,
 // so its slots are numbered the same way. Nothing else it does or returns is anything (zeros).
-template <bool SHARED_TILES>
+// WHOLE: it also sets the bases of the tile accesses (the tile's element (0, 0) at tile_row0,
+// tile_col0).
+template <bool SHARED_TILES, bool WHOLE>
 struct PreloadElement {
     float acc = 0.f;
     int i, j, row, col;
+    int tile_row0, tile_col0;
     ElementCounters* counters;
     SegmentSlots* slots;
 
+    template <class T>
+    __device__ static uintptr_t tile_base(const T* p, const Layout& layout, int r, int c) {
+        return reinterpret_cast<uintptr_t>(p + (long)r * layout.ld + c);
+    }
     template <class T, class L>
     __device__ T load(const T* p, const L& layout) const {
         const int s = detail::next_slot(counters->load);
+        if constexpr (WHOLE) slots->load_base[s] = tile_base(p, layout, tile_row0, tile_col0);
         if (i < 0) return T{};
         if constexpr (!SHARED_TILES && detail::kReadAhead<T>) {
             uint32_t w[8];
@@ -320,8 +380,9 @@ struct PreloadElement {
         return T{};
     }
     template <class T, class L>
-    __device__ float store(T*, const L&, float) const {
-        detail::next_slot(counters->store);
+    __device__ float store(T* p, const L& layout, float) const {
+        const int s = detail::next_slot(counters->store);
+        if constexpr (WHOLE) slots->store_base[s] = tile_base(p, layout, tile_row0, tile_col0);
         return 0.f;
     }
     __device__ void row_output(float*, float) const {}
@@ -501,7 +562,14 @@ struct TileEpilogue {
     __device__ static void run(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_col0, int warp_m,
                                int warp_n, int tile_m, int tile_n, int /*n_tiles_m*/, int n_tiles_n, int M, int N,
                                void* smem, Sync sync) {
-        staged(p, acc, warp_row0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
+        bool whole = !whole_variant_refused<P>;
+        Row row{};
+        Col col{};
+        if constexpr (!whole_variant_refused<P>) p.element(WholeSegmentsElement{{}, &whole}, row, col);
+        if (whole)
+            staged<true>(p, acc, warp_row0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
+        else
+            staged<false>(p, acc, warp_row0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
     }
 
     // Asks the L2 cache for the parts of tiles the program will load in the epilogue of output
@@ -551,7 +619,7 @@ struct TileEpilogue {
         }
     }
 
-    template <class Sync>
+    template <bool WHOLE, class Sync>
     __device__ static void staged(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_m, int warp_n,
                                   int tile_m, int tile_n, int n_tiles_n, int M, int N, void* smem, Sync sync) {
         const int lane = threadIdx.x % 32;
@@ -600,7 +668,8 @@ struct TileEpilogue {
             Col cols{};
             const int vrow = r < kTileRows && tile_row0 + r < M ? tile_row0 + r : -1;
             const int vcol = c < kTileCols && tile_col0 + c < N ? tile_col0 + c : -1;
-            p.element(PreloadElement<kSharedTiles>{0.f, i, j, vrow, vcol, &counters, &s}, row, cols);
+            p.element(PreloadElement<kSharedTiles, WHOLE>{0.f, i, j, vrow, vcol, tile_row0, tile_col0, &counters, &s},
+                      row, cols);
             return counters;
         };
         // the vectors the program reads (compile-time constants once inlined)
@@ -651,12 +720,13 @@ struct TileEpilogue {
 #pragma unroll 1
             for (int half = 0; half < kChunkCols / kHalfCols; half++) {
                 const int col0 = half * kHalfCols + 8 * q;  // of the segment, in the chunk
-                const int j0 = tile_col0 + c * kChunkCols + col0;
+                const int col = c * kChunkCols + col0, j0 = tile_col0 + col;  // in the tile, in the matrix
                 const uint32_t staged_lo = stage + 4 * staged_at(row0, col0), staged_hi = stage + 4 * staged_at(row0, col0 + 4);
                 const uint32_t segment_cols = col_vectors + 4 * (c * kChunkCols + col0);
                 const uint32_t segment_tiles = copies + TileCopyElement::tile_piece_at(row0, col0 / 8);
                 Col cols[8] = {};
-#pragma unroll 1
+                constexpr int kUnroll = unroll_passes<P> ? kPasses : 1;
+#pragma unroll kUnroll
                 for (int pass = 0; pass < kPasses; pass++) {
                     const int row = row0 + pass * kRowsPerPass, i = tile_row0 + row;
                     if (i >= M || j0 >= N) break;  // and so are the later passes' rows
@@ -666,9 +736,10 @@ struct TileEpilogue {
                     // segment's code keeps the compiler from interleaving its elements' arithmetic.
                     const bool half_done = pass + 1 == kPasses || i + kRowsPerPass >= M;
                     const bool last = half_done && half + 1 == kChunkCols / kHalfCols && c + 1 == kChunks;
-                    const int next_i = half_done ? tile_row0 + row0 : i + kRowsPerPass;
-                    const int ahead_j = half_done ? j0 + kHalfCols : j0;
-                    const int ahead_i = !last && ahead_j < N ? next_i : -1;
+                    const int ahead_row = half_done ? row0 : row + kRowsPerPass;  // in the tile
+                    const int ahead_col = half_done ? col + kHalfCols : col;
+                    const int ahead_j = tile_col0 + ahead_col;
+                    const int ahead_i = !last && ahead_j < N ? tile_row0 + ahead_row : -1;
                     float v[8] = {};
                     if constexpr (!ZERO_ACC) {
                         constexpr uint32_t kPassStageBytes = kRowsPerPass * kChunkCols * sizeof(float);
@@ -681,12 +752,13 @@ struct TileEpilogue {
 #pragma unroll
                     for (int k = 0; k < 8; k++) {
                         ElementCounters counters;
-                        p.element(SegmentElement<kSharedTiles>{v[k], i, j0 + k, k, pass == 0, ahead_i, ahead_j,
-                                                           segment_cols, kColStride,
-                                                           row_vectors + 4 * row, kRowStride,
-                                                           &counters, &slots,
-                                                           segment_tiles + pass * kPassTileCopyBytes,
-                                                           (uint32_t)kTileCopyBytes},
+                        p.element(SegmentElement<kSharedTiles, WHOLE>{v[k], i, j0 + k, k, pass == 0, ahead_i, ahead_j,
+                                                                  row, col, ahead_row, ahead_col,
+                                                                  segment_cols, kColStride,
+                                                                  row_vectors + 4 * row, kRowStride,
+                                                                  &counters, &slots,
+                                                                  segment_tiles + pass * kPassTileCopyBytes,
+                                                                  (uint32_t)kTileCopyBytes},
                                   row_state, cols[k]);
                     }
                     detail::select_set(rows, pass, row_state);

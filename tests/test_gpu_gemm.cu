@@ -354,7 +354,8 @@ TEST(GpuPass, ReadsUnalignedAndTransposedTilesAsAlignedOnes) {
 // A GEMM's epilogue reads and writes its tiles a whole segment (16 bytes) at a time where their
 // rows are 16-byte aligned and row-major, value by value where not. A loaded and a stored tile one
 // element off alignment, or both stored transposed, give the same bits as aligned row-major ones,
-// on both mainloops.
+// on both mainloops: the general segment loop against the whole-segment one (gemm_epilogue.cuh),
+// with df aligned and row-major in every form (a tile of mixed accesses).
 TEST(GpuEpilogue, AccessesUnalignedAndTransposedTilesAsAlignedOnes) {
     REQUIRE_GPU();
     const int M = 136, K = 72, N = 200;  // partial tiles in both dimensions
