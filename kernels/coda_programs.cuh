@@ -105,8 +105,9 @@ struct ResidualForward : NoColPartials {
     // 3 stages (1.37x -> 1.51x at 1.5B) and was level on 4 (forty-fifth session: its epilogue is
     // bound by its instructions, not its loads). The 128 x 320 tile reads it a segment ahead.
     static constexpr int kTileCopies = 1, kRowVectors = 0, kColumnVectors = 1;
-    // Its passes unrolled: the proj forward 3-5% faster at both sizes (an H100, forty-fifth
-    // session), where every other program lost or spilled.
+    // Its passes unrolled: the proj forward 3-5% faster at both sizes alone (an H100, forty-fifth
+    // session), where every other program lost or spilled; with the whole-segment loop, 7.5% at
+    // 350M and 2.3% at 1.5B (forty-sixth).
     static constexpr bool kUnrollPasses = true;
     ColVec bias;
     LoadTile<Act> residual;
@@ -252,8 +253,8 @@ struct LnBackwardX : NoRowPartials {
     // (K = 50304, where the plan would pick that tile) took 6.63 ms a step there against 3.75 with
     // one partial (abb5321, bench/NOTES_gemm_sm90.md, twenty-sixth session); ping-pong instead.
     static constexpr bool kNoWideTile = true;
-    // With both segment loops ptxas spills 112-124 bytes on ping-pong 128 x 128 (nvcc 13.0); with
-    // either alone, none.
+    // With both segment loops in its kernels ptxas spills (124 bytes on ping-pong 128 x 128, nvcc
+    // 13.0); with either alone, none. It keeps the general one.
     static constexpr bool kNoWholeVariant = true;
     RowVec mu, rstd, m1, m2;
     ColVec gamma, beta;
