@@ -362,14 +362,11 @@ struct PreloadElement {
     ElementCounters* counters;
     SegmentSlots* slots;
 
-    template <class T>
-    __device__ static uintptr_t tile_base(const T* p, const Layout& layout, int r, int c) {
-        return reinterpret_cast<uintptr_t>(p + (long)r * layout.ld + c);
-    }
     template <class T, class L>
     __device__ T load(const T* p, const L& layout) const {
         const int s = detail::next_slot(counters->load);
-        if constexpr (WHOLE) slots->load_base[s] = tile_base(p, layout, tile_row0, tile_col0);
+        if constexpr (WHOLE)
+            slots->load_base[s] = reinterpret_cast<uintptr_t>(detail::segment_at(p, layout, tile_row0, tile_col0));
         if (i < 0) return T{};
         if constexpr (!SHARED_TILES && detail::kReadAhead<T>) {
             uint32_t w[8];
@@ -382,7 +379,8 @@ struct PreloadElement {
     template <class T, class L>
     __device__ float store(T* p, const L& layout, float) const {
         const int s = detail::next_slot(counters->store);
-        if constexpr (WHOLE) slots->store_base[s] = tile_base(p, layout, tile_row0, tile_col0);
+        if constexpr (WHOLE)
+            slots->store_base[s] = reinterpret_cast<uintptr_t>(detail::segment_at(p, layout, tile_row0, tile_col0));
         return 0.f;
     }
     __device__ void row_output(float*, float) const {}
@@ -562,14 +560,15 @@ struct TileEpilogue {
     __device__ static void run(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_col0, int warp_m,
                                int warp_n, int tile_m, int tile_n, int /*n_tiles_m*/, int n_tiles_n, int M, int N,
                                void* smem, Sync sync) {
-        bool whole = !whole_variant_refused<P>;
-        Row row{};
-        Col col{};
-        if constexpr (!whole_variant_refused<P>) p.element(WholeSegmentsElement{{}, &whole}, row, col);
-        if (whole)
-            staged<true>(p, acc, warp_row0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
-        else
-            staged<false>(p, acc, warp_row0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
+        if constexpr (!whole_variant_refused<P>) {
+            bool whole = true;
+            Row row{};
+            Col col{};
+            p.element(WholeSegmentsElement{{}, &whole}, row, col);
+            if (whole)
+                return staged<true>(p, acc, warp_row0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
+        }
+        staged<false>(p, acc, warp_row0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
     }
 
     // Asks the L2 cache for the parts of tiles the program will load in the epilogue of output
