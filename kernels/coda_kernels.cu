@@ -1,6 +1,8 @@
 #include "coda_kernels.cuh"
 
 #include <algorithm>
+#include <type_traits>
+
 #include "coda_programs.cuh"
 #include "gemm_epilogue.cuh"  // detail::shfl_xor
 
@@ -10,7 +12,13 @@ namespace {
 
 // A fold block: 32 threads (8 columns each: kFoldVec), or 8 columns of W^T, by 8 slices of k
 constexpr int kFoldColThreads = 32, kFoldSplit = 8, kFoldVec = 8;
+// A W~ block (fold_weight_kernel): 128 threads along a row, 8 elements each where rows allow
+constexpr int kFoldWeightThreads = 128;
 constexpr int kThreads = 256;
+
+// A folded weight, W~_kj = bf16(gamma_k W_kj): the one rounding of it, in the fold kernels (whose
+// c sums these values) and in the kernel that writes W~ for the GEMM, so the two agree bit for bit.
+__device__ __forceinline__ bf16 folded_weight(float gamma_k, float w_kj) { return __float2bfloat16(gamma_k * w_kj); }
 // Row finalize kernels: a group of `lanes` threads a row (a warp where a row has more than 16
 // partials: the LM head's rows have 393, which with a thread a row took the loss 0.21-0.24 ms;
 // fewer lanes where it has fewer: 8 for 350M's residual rows), kRowThreads threads a block.
@@ -42,12 +50,12 @@ __device__ int group_row(int rows, int lanes, int first_block = 0) {
 __device__ bool group_writes(int i, int lanes) { return i >= 0 && threadIdx.x % lanes == 0; }
 
 // Row-major W [K, N], N a multiple of 8: thread (tx, ty) folds the 8 columns from
-// j0 = 8 (32 blockIdx.x + tx) over k = ty, ty + 8, ... with 16-byte loads and stores, a warp 512
-// consecutive bytes a k (the qkv and fc folds of a 1.5B step 0.98 ms; with a thread a column, 64
-// bytes a warp, 1.78); thread t of the block then adds column t's 8 slices in slice order.
+// j0 = 8 (32 blockIdx.x + tx) over k = ty, ty + 8, ... with 16-byte loads, a warp 512 consecutive
+// bytes a k (the qkv and fc folds of a 1.5B step, W~ stored too, 0.98 ms; with a thread a column,
+// 64 bytes a warp, 1.78); thread t of the block then adds column t's 8 slices in slice order.
 __global__ void __launch_bounds__(kFoldColThreads* kFoldSplit)
-    fold_layernorm_rows_kernel(bf16* w_folded, float* c, float* c_bwd, float* b_folded, const bf16* w,
-                               const float* gamma, const float* beta, const float* b, int K, int N) {
+    fold_layernorm_rows_kernel(float* c, float* c_bwd, float* b_folded, const bf16* w, const float* gamma,
+                               const float* beta, const float* b, int K, int N) {
     constexpr int kBlockCols = kFoldColThreads * kFoldVec;
     __shared__ float s_c[kFoldSplit][kBlockCols], s_cb[kFoldSplit][kBlockCols], s_b[kFoldSplit][kBlockCols];
     const int tx = threadIdx.x % kFoldColThreads, ty = threadIdx.x / kFoldColThreads, layer = blockIdx.y;
@@ -59,18 +67,14 @@ __global__ void __launch_bounds__(kFoldColThreads* kFoldSplit)
         for (int k = ty; k < K; k += kFoldSplit) {
             const uint4 in = *reinterpret_cast<const uint4*>(w + wofs + (long)k * N + j0);
             const bf16* w_k = reinterpret_cast<const bf16*>(&in);
-            uint4 out;
-            bf16* folded = reinterpret_cast<bf16*>(&out);
             const float gamma_k = gamma[k], beta_k = beta[k];
 #pragma unroll
             for (int v = 0; v < kFoldVec; v++) {
                 const float w_kj = __bfloat162float(w_k[v]);
-                folded[v] = __float2bfloat16(gamma_k * w_kj);
-                sum_c[v] += __bfloat162float(folded[v]);  // c from the bf16 W~ the GEMM multiplies by
+                sum_c[v] += __bfloat162float(folded_weight(gamma_k, w_kj));  // the W~ the GEMM multiplies by
                 sum_cb[v] = fmaf(gamma_k, w_kj, sum_cb[v]);
                 sum_b[v] = fmaf(beta_k, w_kj, sum_b[v]);
             }
-            *reinterpret_cast<uint4*>(w_folded + wofs + (long)k * N + j0) = out;
         }
 #pragma unroll
     for (int v = 0; v < kFoldVec; v++) {
@@ -92,8 +96,8 @@ __global__ void __launch_bounds__(kFoldColThreads* kFoldSplit)
 // W stored as W^T [N, K]: warp ty sums column j = 8 * blockIdx.x + ty (a contiguous row of W^T)
 // with its lanes over k, then an xor butterfly (a fixed order).
 __global__ void __launch_bounds__(32 * kFoldSplit)
-    fold_layernorm_transposed_kernel(bf16* w_folded, float* c, float* c_bwd, float* b_folded, const bf16* w,
-                                     const float* gamma, const float* beta, const float* b, int K, int N) {
+    fold_layernorm_transposed_kernel(float* c, float* c_bwd, float* b_folded, const bf16* w, const float* gamma,
+                                     const float* beta, const float* b, int K, int N) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, layer = blockIdx.y;
     const int j = blockIdx.x * kFoldSplit + warp;
     if (j >= N) return;
@@ -102,9 +106,7 @@ __global__ void __launch_bounds__(32 * kFoldSplit)
     float sum_c = 0.f, sum_cb = 0.f, sum_b = 0.f;
     for (int k = lane; k < K; k += 32) {
         const float w_kj = __bfloat162float(w[row + k]);
-        const bf16 folded = __float2bfloat16(gamma[k] * w_kj);
-        w_folded[row + k] = folded;
-        sum_c += __bfloat162float(folded);
+        sum_c += __bfloat162float(folded_weight(gamma[k], w_kj));
         sum_cb = fmaf(gamma[k], w_kj, sum_cb);
         sum_b = fmaf(beta[k], w_kj, sum_b);
     }
@@ -118,6 +120,29 @@ __global__ void __launch_bounds__(32 * kFoldSplit)
         c_bwd[(long)layer * N + j] = sum_cb;
         b_folded[(long)layer * N + j] = sum_b + (b ? b[(long)layer * N + j] : 0.f);
     }
+}
+
+// W~ = diag(gamma) W of one layer, stored as w is: rows x cols, gamma indexing the rows (W [K, N])
+// or the columns (W^T [N, K]). Block (x, y) takes the kVec-element vectors of row y (+ gridDim.y
+// ...) from x kFoldWeightThreads kVec on: 16-byte loads and stores where kVec is 8.
+template <int kVec>
+__global__ void __launch_bounds__(kFoldWeightThreads)
+    fold_weight_kernel(bf16* w_folded, const bf16* w, const float* gamma, int rows, int cols, bool gamma_of_column) {
+    using Vec = std::conditional_t<kVec == 8, uint4, bf16>;
+    static_assert(sizeof(Vec) == kVec * sizeof(bf16), "a vector of kVec bf16");
+    for (int r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int j = (blockIdx.x * kFoldWeightThreads + threadIdx.x) * kVec; j < cols;
+             j += gridDim.x * kFoldWeightThreads * kVec) {
+            const long at = (long)r * cols + j;
+            const Vec in = *reinterpret_cast<const Vec*>(w + at);
+            Vec out;
+            const bf16* w_r = reinterpret_cast<const bf16*>(&in);
+            bf16* folded = reinterpret_cast<bf16*>(&out);
+#pragma unroll
+            for (int v = 0; v < kVec; v++)
+                folded[v] = folded_weight(gamma[gamma_of_column ? j + v : r], __bfloat162float(w_r[v]));
+            *reinterpret_cast<Vec*>(w_folded + at) = out;
+        }
 }
 
 __global__ void widen_kernel(float* dst, const bf16* src, long n) {
@@ -189,23 +214,35 @@ __global__ void finalize_ln_backward_kernel(float* bias_grad, float* dgamma, flo
 
 }  // namespace
 
-void coda_fold_layernorm(bf16* w_folded, float* c, float* c_bwd, float* b_folded, const bf16* w, bool transposed,
-                         const float* gamma, const float* beta, const float* b, int K, int N, int layers,
-                         cudaStream_t stream) {
+void coda_fold_layernorm(float* c, float* c_bwd, float* b_folded, const bf16* w, bool transposed, const float* gamma,
+                         const float* beta, const float* b, int K, int N, int layers, cudaStream_t stream) {
     if (transposed) {
         fold_layernorm_transposed_kernel<<<dim3(ceil_div(N, kFoldSplit), layers), 32 * kFoldSplit, 0, stream>>>(
-            w_folded, c, c_bwd, b_folded, w, gamma, beta, b, K, N);
+            c, c_bwd, b_folded, w, gamma, beta, b, K, N);
         CUDA_CHECK_LAUNCH(fold_layernorm_transposed_kernel);
     } else {
-        const bool aligned = reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(w_folded) % 16 == 0;
-        if (N % kFoldVec != 0 || !aligned)
+        if (N % kFoldVec != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0)
             throw Error("coda_fold_layernorm: N = " + std::to_string(N) +
-                        " must be a multiple of 8 and both weight pointers 16-byte aligned");
+                        " must be a multiple of 8 and the weight pointer 16-byte aligned");
         const dim3 grid(ceil_div(N, kFoldColThreads * kFoldVec), layers);
-        fold_layernorm_rows_kernel<<<grid, kFoldColThreads * kFoldSplit, 0, stream>>>(w_folded, c, c_bwd, b_folded, w,
-                                                                                      gamma, beta, b, K, N);
+        fold_layernorm_rows_kernel<<<grid, kFoldColThreads * kFoldSplit, 0, stream>>>(c, c_bwd, b_folded, w, gamma,
+                                                                                      beta, b, K, N);
         CUDA_CHECK_LAUNCH(fold_layernorm_rows_kernel);
     }
+}
+
+void coda_fold_weight(bf16* w_folded, const bf16* w, bool transposed, const float* gamma, int K, int N,
+                      cudaStream_t stream) {
+    const int rows = transposed ? N : K, cols = transposed ? K : N;
+    const bool vectors = cols % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(w_folded) % 16 == 0;
+    const int vec = vectors ? 8 : 1;
+    const dim3 grid(ceil_div(ceil_div(cols, vec), kFoldWeightThreads), std::min(rows, 65535));
+    if (vectors)
+        fold_weight_kernel<8><<<grid, kFoldWeightThreads, 0, stream>>>(w_folded, w, gamma, rows, cols, transposed);
+    else
+        fold_weight_kernel<1><<<grid, kFoldWeightThreads, 0, stream>>>(w_folded, w, gamma, rows, cols, transposed);
+    CUDA_CHECK_LAUNCH(fold_weight_kernel);
 }
 
 void coda_widen(float* dst, const bf16* src, long n, cudaStream_t stream) {

@@ -256,10 +256,12 @@ TEST(CodaFinalize, ColumnSumsMergeInTheHostOrder) {
     }
 }
 
-// The LayerNorm fold against the textbook: W~ = bf16(gamma W) element for element, c the column
-// sums of that bf16 W~, c_bwd those of gamma W unrounded and b~ = beta W + b against fp64, for W
-// stored row-major (16-byte vectors of 8 columns: N = 200 leaves the last block of 256 columns part
-// empty) and as W^T (the LM head), two layers; outputs poisoned. A row-major N that is no multiple of 8 is refused.
+// The LayerNorm fold against the textbook: W~ = bf16(gamma W) element for element (coda_fold_weight,
+// a layer at a time, as the model calls it), c the column sums of that bf16 W~, c_bwd those of
+// gamma W unrounded and b~ = beta W + b against fp64 (coda_fold_layernorm, both layers at once),
+// for W stored row-major (16-byte vectors of 8 columns: N = 200 leaves the last block of 256
+// columns part empty) and as W^T (the LM head); outputs poisoned. A row-major N that is no
+// multiple of 8 is refused.
 TEST(CodaFold, BothLayoutsAgainstTheTextbook) {
     REQUIRE_GPU();
     constexpr int K = 72, N = 200, L = 2;
@@ -275,7 +277,10 @@ TEST(CodaFold, BothLayoutsAgainstTheTextbook) {
         d_w.upload(to_bf16(w));
         for (auto* buf : {&c, &c_bwd, &b_folded}) buf->poison();
         folded.poison();
-        coda_fold_layernorm(folded, c, c_bwd, b_folded, d_w, transposed, d_gamma, d_beta, d_b, K, N, L, 0);
+        coda_fold_layernorm(c, c_bwd, b_folded, d_w, transposed, d_gamma, d_beta, d_b, K, N, L, 0);
+        for (int l = 0; l < L; l++)
+            coda_fold_weight((bf16*)folded + (size_t)l * K * N, (const bf16*)d_w + (size_t)l * K * N, transposed,
+                             (const float*)d_gamma + (size_t)l * K, K, N, 0);
         CUDA_CHECK(cudaDeviceSynchronize());
         const std::vector<float> h_folded = to_float(folded.download());
         const std::vector<float> h_c = c.download(), h_cb = c_bwd.download(), h_b = b_folded.download();
@@ -298,8 +303,40 @@ TEST(CodaFold, BothLayoutsAgainstTheTextbook) {
                 EXPECT_NEAR(h_b[l * N + j], sum_b, tol * abs_b) << "layer " << l << " column " << j;
             }
     }
-    EXPECT_TRUE(mentions(error_of([&] { coda_fold_layernorm(folded, c, c_bwd, b_folded, d_w, false, d_gamma, d_beta, d_b, K, 196, 1, 0); }),
-                         "multiple of 8"));
+    EXPECT_TRUE(mentions(
+        error_of([&] { coda_fold_layernorm(c, c_bwd, b_folded, d_w, false, d_gamma, d_beta, d_b, K, 196, 1, 0); }),
+        "multiple of 8"));
+}
+
+// W~ where its rows cannot be taken 8 elements at a time: rows of 13 or 21 elements, and rows of
+// 16 at an address 2 bytes past a 16-byte boundary (and rows of 24 and 40, eight at a time). Each
+// element bf16(gamma W), gamma indexing the rows of W [K, N] or the columns of W^T [N, K]; the
+// element past the end keeps its poison (NaN).
+TEST(CodaFold, WeightOfAnyShapeOrAlignment) {
+    REQUIRE_GPU();
+    struct Case {
+        int K, N, offset;
+    };
+    for (const Case t : {Case{13, 21, 0}, Case{21, 13, 0}, Case{16, 16, 1}, Case{40, 24, 0}})
+        for (bool transposed : {false, true}) {
+            SCOPED_TRACE("K " + std::to_string(t.K) + " N " + std::to_string(t.N) + " offset " +
+                         std::to_string(t.offset) + (transposed ? " W^T" : " W"));
+            const size_t n = (size_t)t.K * t.N;
+            const std::vector<float> w = random_bf16_values(n + t.offset, 47, 0.1f);
+            const std::vector<float> gamma = random_bf16_values(t.K, 48, 0.2f, 1.f);
+            DeviceBuffer<bf16> d_w(n + t.offset), folded(n + t.offset + 1);
+            DeviceBuffer<float> d_gamma(t.K);
+            d_w.upload(to_bf16(w)), d_gamma.upload(gamma);
+            folded.poison();
+            coda_fold_weight((bf16*)folded + t.offset, (const bf16*)d_w + t.offset, transposed, d_gamma, t.K, t.N, 0);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const std::vector<float> got = to_float(folded.download());
+            for (size_t i = 0; i < n; i++) {
+                const int k = transposed ? (int)(i % t.K) : (int)(i / t.N);
+                ASSERT_EQ(got[t.offset + i], bf16_round(gamma[k] * w[t.offset + i])) << "element " << i;
+            }
+            EXPECT_TRUE(std::isnan(got[t.offset + n])) << "the element past the end was written";
+        }
 }
 
 TEST(KernelTrace, FunctionNames) {
