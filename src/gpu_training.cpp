@@ -1,11 +1,24 @@
 #include "gpu_training.hpp"
 
+#include <cstdio>
 #include <limits>
 
 #include "adamw.cuh"
 #include "tensor_dump.hpp"
 
 namespace codagpt {
+
+std::string DeviceBuffers::out_of_memory(size_t asked) const {
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) (void)cudaGetLastError();
+    char msg[256];
+    std::snprintf(msg, sizeof msg,
+                  "out of GPU memory: a cudaMalloc of %.2f GiB failed with %.2f GiB of this model's buffers allocated "
+                  "and %.2f of %.2f GiB free",
+                  asked / kGiB, bytes / kGiB, free / kGiB, total / kGiB);
+    return hint.empty() ? msg : std::string(msg) + "; " + hint;
+}
 
 double mean_device_loss(const float* losses, int n, cudaStream_t stream, std::vector<float>& host) {
     host.resize(n);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common.cuh"
@@ -19,8 +20,12 @@
 namespace codagpt {
 
 // Device buffers freed together, also when the constructor that allocates them throws halfway.
+// A cudaMalloc that runs out of memory throws one line: its size, what these buffers already hold,
+// the device's free memory, and `hint` (what the owner's user can change) where set.
 struct DeviceBuffers {
     std::vector<void*> ptrs;
+    size_t bytes = 0;  // allocated so far
+    std::string hint;
     DeviceBuffers() = default;
     DeviceBuffers(const DeviceBuffers&) = delete;
     DeviceBuffers& operator=(const DeviceBuffers&) = delete;
@@ -29,10 +34,18 @@ struct DeviceBuffers {
     }
     template <typename T>
     T* alloc(size_t n) {
-        ptrs.push_back(nullptr);
-        CUDA_CHECK(cudaMalloc(&ptrs.back(), n * sizeof(T)));
-        return static_cast<T*>(ptrs.back());
+        void* ptr = nullptr;
+        const cudaError_t err = cudaMalloc(&ptr, n * sizeof(T));
+        if (err == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();  // not sticky, but clear it before the caller's next call
+            throw Error(out_of_memory(n * sizeof(T)));
+        }
+        CUDA_CHECK(err);
+        ptrs.push_back(ptr);
+        bytes += n * sizeof(T);
+        return static_cast<T*>(ptr);
     }
+    std::string out_of_memory(size_t asked) const;
 };
 
 // The mean of n per-token losses on the device (one host copy into `host`, kept for the caller,

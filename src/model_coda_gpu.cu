@@ -116,6 +116,7 @@ struct GPT2CodaGPU::Impl {
             throw Error("fused GPU model: needs 1 <= seq_len <= max_seq_len and batch_size * seq_len a multiple of 8, got " +
                         std::to_string(B) + " x " + std::to_string(T));
         CUDA_CHECK(cudaStreamCreate(&stream));
+        mem.hint = "try a smaller --batch_size (with --grad_accum to keep the tokens per step) or --recompute mlp";
         for (const ParamInfo& t : param_layout(c)) n_params += t.size;
         const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab(), MC = (size_t)M * C;
         const size_t tiles_m = n_tiles(M, kMinTile), tiles_c = n_tiles((int)C, kMinTile), tiles_v = n_tiles((int)Vp, kMinTile);

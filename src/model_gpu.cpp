@@ -32,6 +32,7 @@ struct GPT2GPU::Impl {
 
     // parameters, gradients, optimizer state (flat, param_layout order); the master weights are
     // read by the optimizer only, so a rank of a data-parallel job keeps just its shard of them
+    DeviceBuffers mem;  // declared before every pointer into it
     std::unique_ptr<TrainableParams> state;
     bf16* params = nullptr;
     float* grads = nullptr;
@@ -46,36 +47,19 @@ struct GPT2GPU::Impl {
     bf16 *dresidual, *dbtc, *dbt4c, *dqkv, *btc;
     float* reduce_scratch;
     int *inputs, *targets;
-    std::vector<void*> allocations;
 
-    size_t free_at_start = 0, fixed_bytes = 0, bytes_per_token = 0;  // for the out-of-memory message
-
-    template <typename T>
-    T* alloc(size_t n) {
-        void* ptr = nullptr;
-        const cudaError_t err = cudaMalloc(&ptr, n * sizeof(T));
-        if (err == cudaErrorMemoryAllocation) {
-            (void)cudaGetLastError();  // clear the sticky error before freeing
-            for (void* a : allocations) cudaFree(a);
-            allocations.clear();
-            throw Error(out_of_memory(n * sizeof(T)));
-        }
-        CUDA_CHECK(err);
-        allocations.push_back(ptr);
-        return static_cast<T*>(ptr);
-    }
-
-    // What failed, what the model needs at this B x T, and the largest batch_size that would fit
-    // (an estimate: attention and cuBLASLt workspaces and the allocator's rounding come on top).
-    std::string out_of_memory(size_t asked) const {
+    // What the model needs at this B x T and the largest batch_size that would fit (an estimate:
+    // attention and cuBLASLt workspaces and the allocator's rounding come on top): the out-of-memory
+    // message's advice. fixed: weights, gradients and AdamW state; per_token: the activations of one token.
+    std::string memory_advice(size_t free_at_start, size_t fixed, size_t per_token) const {
         const double gib = 1024.0 * 1024.0 * 1024.0;
-        char msg[512];
-        const size_t need = fixed_bytes + bytes_per_token * (size_t)B * T;
-        const long fit = free_at_start > fixed_bytes ? (long)((free_at_start - fixed_bytes) / (bytes_per_token * (size_t)T)) : 0;
+        char msg[256];
+        const size_t need = fixed + per_token * (size_t)B * T;
+        const long fit = free_at_start > fixed ? (long)((free_at_start - fixed) / (per_token * (size_t)T)) : 0;
         std::snprintf(msg, sizeof msg,
-                      "out of GPU memory: a cudaMalloc of %.2f GiB failed; batch_size %d x seq_len %d needs about %.2f GiB "
-                      "(%.2f GiB weights, gradients and AdamW state, %.2f GiB activations), %.2f GiB were free",
-                      asked / gib, B, T, need / gib, fixed_bytes / gib, (need - fixed_bytes) / gib, free_at_start / gib);
+                      "batch_size %d x seq_len %d needs about %.2f GiB (%.2f GiB weights, gradients and AdamW state, "
+                      "%.2f GiB activations) and %.2f GiB were free at the start",
+                      B, T, need / gib, fixed / gib, (need - fixed) / gib, free_at_start / gib);
         std::string s = msg;
         if (fit >= 1)
             s += "; try --batch_size " + std::to_string(std::min<long>(fit, B - 1 > 0 ? B - 1 : 1)) +
@@ -93,58 +77,59 @@ struct GPT2GPU::Impl {
         const size_t BT = (size_t)B * T, BTC = BT * C;
         // Bytes of the allocations below: per parameter (bf16 weights, fp32 master, gradients, m, v)
         // and per token (the sizes below with BT = 1), for the out-of-memory message.
-        size_t total = 0;
+        size_t free_at_start = 0, total = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_at_start, &total));
-        fixed_bytes = TrainableParams::device_bytes(c, opt.data_parallel.get());
-        bytes_per_token = sizeof(bf16) * (C + L * C * (1 + 3 + 1 + 1 + 1 + 1) + (fch_slots().count(L) + gelu_slots().count(L)) * 4 * C +
-                                          C + Vp + C * (1 + 1 + 1 + 4 + 3)) +
-                          sizeof(float) * (L * 4 + L * NH + 2 + 1) + sizeof(int) * 2;
+        const size_t fixed_bytes = TrainableParams::device_bytes(c, opt.data_parallel.get());
+        const size_t bytes_per_token =
+            sizeof(bf16) * (C + L * C * (1 + 3 + 1 + 1 + 1 + 1) +
+                            (fch_slots().count(L) + gelu_slots().count(L)) * 4 * C + C + Vp + C * (1 + 1 + 1 + 4 + 3)) +
+            sizeof(float) * (L * 4 + L * NH + 2 + 1) + sizeof(int) * 2;
+        mem.hint = memory_advice(free_at_start, fixed_bytes, bytes_per_token);
 
         state = std::make_unique<TrainableParams>(c, opt.data_parallel, stream,
-                                                  [this](size_t bytes) { return (void*)alloc<char>(bytes); });
+                                                  [this](size_t bytes) { return (void*)mem.alloc<char>(bytes); });
         params = state->params();
         grads = state->grads();
         p = param_views(params, cfg);
         g = param_views(grads, cfg);
 
-        encoded = alloc<bf16>(BTC);
-        ln1 = alloc<bf16>(L * BTC);
-        ln1_mean = alloc<float>(L * BT);
-        ln1_rstd = alloc<float>(L * BT);
-        qkv = alloc<bf16>(L * 3 * BTC);
-        atty = alloc<bf16>(L * BTC);
-        lse = alloc<float>(L * B * NH * T);
-        residual2 = alloc<bf16>(L * BTC);
-        ln2 = alloc<bf16>(L * BTC);
-        ln2_mean = alloc<float>(L * BT);
-        ln2_rstd = alloc<float>(L * BT);
-        fch = alloc<bf16>(fch_slots().count(L) * 4 * BTC);
-        fch_gelu = alloc<bf16>(gelu_slots().count(L) * 4 * BTC);
-        residual3 = alloc<bf16>(L * BTC);
-        lnf = alloc<bf16>(BTC);
-        lnf_mean = alloc<float>(BT);
-        lnf_rstd = alloc<float>(BT);
-        logits = alloc<bf16>(BT * Vp);
-        losses = alloc<float>(BT);
+        encoded = mem.alloc<bf16>(BTC);
+        ln1 = mem.alloc<bf16>(L * BTC);
+        ln1_mean = mem.alloc<float>(L * BT);
+        ln1_rstd = mem.alloc<float>(L * BT);
+        qkv = mem.alloc<bf16>(L * 3 * BTC);
+        atty = mem.alloc<bf16>(L * BTC);
+        lse = mem.alloc<float>(L * B * NH * T);
+        residual2 = mem.alloc<bf16>(L * BTC);
+        ln2 = mem.alloc<bf16>(L * BTC);
+        ln2_mean = mem.alloc<float>(L * BT);
+        ln2_rstd = mem.alloc<float>(L * BT);
+        fch = mem.alloc<bf16>(fch_slots().count(L) * 4 * BTC);
+        fch_gelu = mem.alloc<bf16>(gelu_slots().count(L) * 4 * BTC);
+        residual3 = mem.alloc<bf16>(L * BTC);
+        lnf = mem.alloc<bf16>(BTC);
+        lnf_mean = mem.alloc<float>(BT);
+        lnf_rstd = mem.alloc<float>(BT);
+        logits = mem.alloc<bf16>(BT * Vp);
+        losses = mem.alloc<float>(BT);
 
-        dresidual = alloc<bf16>(BTC);
-        dbtc = alloc<bf16>(BTC);
-        btc = alloc<bf16>(BTC);
-        dbt4c = alloc<bf16>(4 * BTC);
-        dqkv = alloc<bf16>(3 * BTC);
+        dresidual = mem.alloc<bf16>(BTC);
+        dbtc = mem.alloc<bf16>(BTC);
+        btc = mem.alloc<bf16>(BTC);
+        dbt4c = mem.alloc<bf16>(4 * BTC);
+        dqkv = mem.alloc<bf16>(3 * BTC);
         const size_t reduce = std::max({layernorm_backward_scratch_floats((int)BT, (int)C),
                                         bias_backward_scratch_floats((int)BT, (int)(4 * C)),
                                         bias_backward_scratch_floats((int)BT, (int)(3 * C))});
-        reduce_scratch = alloc<float>(reduce);
-        inputs = alloc<int>(BT);
-        targets = alloc<int>(BT);
+        reduce_scratch = mem.alloc<float>(reduce);
+        inputs = mem.alloc<int>(BT);
+        targets = mem.alloc<int>(BT);
         buckets = encoder_buckets_create((int)BT);
         attention.reserve(B, T, (int)NH, (int)(C / NH));
     }
 
     ~Impl() {
         encoder_buckets_destroy(buckets);
-        for (void* ptr : allocations) cudaFree(ptr);
         if (stream) cudaStreamDestroy(stream);
     }
 

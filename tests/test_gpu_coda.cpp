@@ -339,6 +339,31 @@ TEST(CodaFold, WeightOfAnyShapeOrAlignment) {
         }
 }
 
+// A batch no GPU holds (1.5B's widths, 256 x 1024 tokens: ~160 GiB of activations): on both paths
+// one error line that names the failed allocation and what to change, and every buffer given back.
+TEST(GPUModels, OutOfMemoryIsOneLineAndFreesTheBuffers) {
+    REQUIRE_GPU();
+    const ModelConfig mc{48, 25, 1600, 1024, 50257};
+    for (const bool fused : {true, false}) {
+        SCOPED_TRACE(fused ? "fused" : "unfused");
+        size_t free_before = 0, free_after = 0, total = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+        const std::string err = error_of([&] {
+            if (fused) {
+                GPT2CodaGPU model(mc, 256, 1024);
+            } else {
+                GPT2GPU model(mc, 256, 1024, {});
+            }
+        });
+        EXPECT_TRUE(mentions(err, "out of GPU memory: a cudaMalloc of"));
+        EXPECT_TRUE(mentions(err, "batch_size"));
+        EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+        CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+        // library handles may keep a little; the model's buffers were tens of GiB
+        EXPECT_GT(free_after + (512ull << 20), free_before) << "free before " << free_before << ", after " << free_after;
+    }
+}
+
 TEST(KernelTrace, FunctionNames) {
     EXPECT_EQ(kernel_function_name("void codagpt::coda::sm90::gemm_kernel<Cfg<128, 256, 4>, true>(Params, P)"),
               "gemm_kernel");
