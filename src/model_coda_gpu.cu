@@ -197,20 +197,10 @@ struct GPT2CodaGPU::Impl {
         coda_fold_layernorm(fc_c, fc_cb, fc_bf, p.fc_w, false, v32.ln2_w, v32.ln2_b, v32.fc_b, C, 4 * C, L, stream);
         coda_fold_layernorm(lm_c, lm_cb, lm_bf, p.wte, true, v32.lnf_w, v32.lnf_b, nullptr, C, Vp, 1, stream);
     }
-    // W~ of layer l's qkv or fc GEMM (LN1, LN2 folded) or of the LM head (LN_f) into w_folded, for
-    // the GEMM the caller runs next.
-    const bf16* fold_qkv_weight(int l) {
-        const int C = cfg.n_embd;
-        coda_fold_weight(w_folded, layer_params(p, l, C).qkv_w, false, layer_params(v32, l, C).ln1_w, C, 3 * C, stream);
-        return w_folded;
-    }
-    const bf16* fold_fc_weight(int l) {
-        const int C = cfg.n_embd;
-        coda_fold_weight(w_folded, layer_params(p, l, C).fc_w, false, layer_params(v32, l, C).ln2_w, C, 4 * C, stream);
-        return w_folded;
-    }
-    const bf16* fold_lm_weight() {
-        coda_fold_weight(w_folded, p.wte, true, v32.lnf_w, cfg.n_embd, cfg.padded_vocab(), stream);
+    // W~ = diag(gamma) W of one folded GEMM (W [C, N], or W^T stored: the LM head's wte) into
+    // w_folded, for the GEMM the caller runs next.
+    const bf16* fold_weight(const bf16* w, bool transposed, const float* gamma, int N) {
+        coda_fold_weight(w_folded, w, transposed, gamma, cfg.n_embd, N, stream);
         return w_folded;
     }
     bf16* f_of(int l) const { return f + f_slots.of(l) * 4 * M * cfg.n_embd; }
@@ -309,7 +299,8 @@ struct GPT2CodaGPU::Impl {
                 QkvForward<bf16> pr;
                 pr.ln = {{mu_l}, {rstd_l}, {qf.c}, {qf.b_folded}};
                 pr.z = {qkv_l, {C3}};
-                run(pr, GemmProblem{M, C3, C, matrix(x, C), matrix(fold_qkv_weight(l), C3)});
+                const bf16* w_folded_qkv = fold_weight(w.qkv_w, false, wv.ln1_w, C3);
+                run(pr, GemmProblem{M, C3, C, matrix(x, C), matrix(w_folded_qkv, C3)});
             }
             // 2. attention (CODA leaves it alone)
             attention.forward(y_l, att_lse + (size_t)l * B * NH * T, qkv_l, B, T, NH, HS, stream);
@@ -326,7 +317,8 @@ struct GPT2CodaGPU::Impl {
                 FcForward<bf16> pr;
                 pr.ln = {{mu_mid_l}, {rstd_mid_l}, {ff.c}, {ff.b_folded}};
                 pr.f = {f_l, {C4}}, pr.g = {g_buf, {C4}};
-                run(pr, GemmProblem{M, C4, C, matrix(x_mid_l, C), matrix(fold_fc_weight(l), C4)});
+                const bf16* w_folded_fc = fold_weight(w.fc_w, false, wv.ln2_w, C4);
+                run(pr, GemmProblem{M, C4, C, matrix(x_mid_l, C), matrix(w_folded_fc, C4)});
             }
             // 6. fcproj GEMM, A = g, B = Wp: x'' = acc + bp + x', row partials; 7. tiny reduce ->
             //    the statistics of the next layer's LN1 (or of LN_f)
@@ -343,8 +335,9 @@ struct GPT2CodaGPU::Impl {
             pr.vocab = V;
             pr.lse_partials = {lse_partials};
             pr.target_logit = {targets, target_logit};
+            const bf16* w_folded_lm = fold_weight(p.wte, true, v32.lnf_w, Vp);
             const TileShape s =
-                run(pr, GemmProblem{M, Vp, C, matrix(residual + L * MC, C), transposed(fold_lm_weight(), C)});
+                run(pr, GemmProblem{M, Vp, C, matrix(residual + L * MC, C), transposed(w_folded_lm, C)});
             coda_token_loss(lse, losses, lse_partials, target_logit, M, n_tiles(Vp, s.bn), stream);
         }
         backward_ready = backward_next;
@@ -401,7 +394,8 @@ struct GPT2CodaGPU::Impl {
                 FcPreactivation<bf16> pr;
                 pr.ln = {{mu_mid_l}, {rstd_mid_l}, {ff.c}, {ff.b_folded}};
                 pr.z = {f_of(l), {C4}};
-                run(pr, GemmProblem{M, C4, C, matrix(x_mid_l, C), matrix(fold_fc_weight(l), C4)});
+                const bf16* w_folded_fc = fold_weight(w.fc_w, false, wv.ln2_w, C4);
+                run(pr, GemmProblem{M, C4, C, matrix(x_mid_l, C), matrix(w_folded_fc, C4)});
             }
             {  // 1. dG GEMM, A = dres, B = Wp^T: df = acc gelu'(f), g = gelu(f) re-emitted, fc fold partials;
                //    the fc bias gradient is the producer's db
