@@ -789,7 +789,10 @@ int run(int argc, char** argv) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     bench.gpu = prop.name;
     bench.l2_bytes = prop.l2CacheSize;
-    printf("%s, %d SMs, L2 %d MiB, reps %d (median)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+    const sm90::detail::DeviceInfo& dev = sm90::detail::device_info();
+    const bool h100_plain = &sm90::detail::plan_costs(dev, true) == &sm90::detail::kH100PlainCosts;
+    printf("%s, %d SMs, L2 %d MiB, HBM %.2f TB/s, plain GEMMs planned by the %s model, reps %d (median)\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize >> 20, dev.dram_bytes_per_s / 1e12, h100_plain ? "H100" : "H200",
            bench.reps);
     if (o.ablate) {
         const std::string title = "rung on pp128x128 (" + bench.model + " shape)";

@@ -295,12 +295,14 @@ struct LnBackwardX : NoRowPartials {
 // out = acc
 template <class Act = bf16>
 struct PlainStore : NoRowPartials, NoColPartials {
+    static constexpr bool kPlainGemm = true;
     StoreTile<Act> out;
     template <class E>
     CODA_HD void element(const E& e, Row&, Col&) const { out.store(e, e.acc); }
 };
 // dw += acc
 struct PlainAccumulate : NoRowPartials, NoColPartials {
+    static constexpr bool kPlainGemm = true;
     AccumulateTile<float> dw;
     template <class E>
     CODA_HD void element(const E& e, Row&, Col&) const { dw.add(e, e.acc); }

@@ -98,6 +98,9 @@ CODA_PROGRAM_VALUE(bool, is_pass, kPass, false)
 // kWideTile: the Hopper engine's plan prices the 128 x 320 tile without its unhidden-epilogue term
 // for the program where K is long (gemm_sm90.cuh, choose_plan).
 CODA_PROGRAM_VALUE(bool, wide_tile_pays, kWideTile, false)
+// kPlainGemm: the program is a plain GEMM (out = acc, dw += acc): the Hopper engine's plan prices
+// its tiles with the card's plain-GEMM cost model, the other programs with the H200's (gemm_sm90.cuh).
+CODA_PROGRAM_VALUE(bool, plain_gemm, kPlainGemm, false)
 // kNoWideTile: the plan never gives the program the 128 x 320 tile (whose epilogue it would spill:
 // LnBackwardX's three column partials beside 160 accumulators).
 CODA_PROGRAM_VALUE(bool, wide_tile_refused, kNoWideTile, false)

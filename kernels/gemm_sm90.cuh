@@ -87,7 +87,7 @@ namespace codagpt::coda::sm90 {
 // it divides, with about half of ping-pong 128 x 128's L2 bytes a flop; in 2-CTA clusters
 // (128x320c2) the two CTAs of adjacent M-tile rows share B, each loading half of it into both
 // rings. Edge tiles always run at full cost here (no n160 wgmma). The plan picks 128x320 only
-// where K is long (kWidePerElement).
+// where K is long (CostModel).
 enum class Tile { k128x256, k256x128, k128x128, kPingPong128x128, kPingPong128x128C2, k128x320, k128x320C2 };
 constexpr Tile kTiles[] = {Tile::k128x256,           Tile::k256x128, Tile::k128x128,  Tile::kPingPong128x128,
                            Tile::kPingPong128x128C2, Tile::k128x320, Tile::k128x320C2};
@@ -733,6 +733,7 @@ struct DeviceInfo {
     bool sm90a = false;
     int sms = 0;
     long l2_bytes = 0;
+    double dram_bytes_per_s = 0;  // peak: 2 transfers a memory clock over the bus (0: not reported)
 };
 // Per process, for the current device at first use (the trainer uses one device per process).
 inline const DeviceInfo& device_info() {
@@ -746,6 +747,11 @@ inline const DeviceInfo& device_info() {
         int l2 = 0;
         CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
         d.l2_bytes = l2;
+        int mem_khz = 0, bus_bits = 0;
+        if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess)
+            d.dram_bytes_per_s = 2.0 * mem_khz * 1e3 * bus_bits / 8;
+        (void)cudaGetLastError();  // an attribute this platform does not report is no error of ours
         if (major == 9 && minor == 0) {
             int* flag = nullptr;
             int host = 0;
@@ -877,26 +883,64 @@ constexpr int kMinSplitKBlocks = 16;  // a split's least k-blocks (of 64)
 // badly (73b0618: 1.5B proj dW 0.207 -> 0.180 ms, 350M proj dW 0.095 -> 0.061, qkv dW 0.182 -> 0.168).
 constexpr double kSplitCostKBlocks = 48;
 
-// The 128 x 320 tile: cheaper a k-block than ping-pong's (about half the L2 bytes a flop, a fifth
-// fewer operand bytes from shared memory), but its epilogue, 2.5 times ping-pong's tile, runs with
-// the tensor cores idle. Fitted to bench_gemm --sweep on the H200 (the 1.5B shapes): it wins where K is long and its
-// 320 columns divide N (the LM head's dX and dW, 3.91 and 4.03 ms against 4.34 and 4.26), and
+// The plan's cost model: a configuration's relative cost an output element a k-block, and the
+// epilogue a tile runs with the tensor cores idle, in k-blocks of mainloop (ping-pong hides its
+// epilogue behind the other consumer's mainloop; the cooperative tiles do not). Fitted per card to
+// bench_gemm --sweep (every tile configuration of every shape, K unsplit).
+struct CostModel {
+    double pingpong, coop128, coop, wide;  // pp128x128; 128x128; 128x256 and 256x128; 128x320
+    double coop_epilogue, wide_epilogue;   // k-blocks: the cooperative tiles', the 128 x 320 tile's
+    double per_element(Tile t) const {
+        switch (t) {
+            case Tile::kPingPong128x128:
+            case Tile::kPingPong128x128C2: return pingpong;
+            case Tile::k128x128: return coop128;
+            case Tile::k128x320:
+            case Tile::k128x320C2: return wide;
+            default: return coop;
+        }
+    }
+    double epilogue(Tile t) const {
+        if (t == Tile::kPingPong128x128 || t == Tile::kPingPong128x128C2) return 0.0;
+        return t == Tile::k128x320 || t == Tile::k128x320C2 ? wide_epilogue : coop_epilogue;
+    }
+};
+// The H200 (4.8 TB/s of HBM), every program: the 128 x 320 tile is cheaper a k-block than
+// ping-pong's (about half the L2 bytes a flop, a fifth fewer operand bytes from shared memory), but
+// its epilogue, 2.5 times ping-pong's tile, is not hidden. It wins where K is long and its 320
+// columns divide N (the 1.5B LM head's dX and dW, 3.91 and 4.03 ms against 4.34 and 4.26), and
 // loses where K = 1600 (qkv, fc and fcproj forward by 10-18%).
-constexpr double kWidePerElement = 0.8, kWideEpilogueKBlocks = 25;
+constexpr CostModel kH200Costs{0.85, 1.15, 1.0, 0.8, 0.0, 25.0};
+// The H100 (3.35 TB/s), plain GEMMs (bench_gemm --sweep of dab81cc, three sweeps of the 35 shapes,
+// bench/results/h100_gemm_sweep_dab81cc/): with 30% less bandwidth the tiles with fewer L2
+// bytes a flop win more shapes: 128 x 320 the 1.5B outputs 1600 wide and long reductions, 128 x 256
+// the 350M dW and long-K shapes; ping-pong keeps the short-K, wide-N ones. The H200's model picks
+// tiles 8% slower than each shape's best there (geomean), this one 0.5-0.9% (in sample).
+constexpr CostModel kH100PlainCosts{1.11, 1.15, 1.0, 0.944, 2.0, 5.0};
+// HBM bandwidth between the two cards': the H100's plain-GEMM model below it, the H200's above.
+constexpr double kScarceBandwidth = 4.0e12;
+// The model a plan uses: programs with an epilogue beyond the store (plain = false) keep the
+// H200's on every card: on an H100 too it gives each program its fastest tile, or one within 5%
+// (bench_gemm --energy 0.5 --sweep of the 1.5B and 350M programs, forty-eighth session).
+inline const CostModel& cost_model(double dram_bytes_per_s, bool plain) {
+    return plain && dram_bytes_per_s > 0 && dram_bytes_per_s < kScarceBandwidth ? kH100PlainCosts : kH200Costs;
+}
+// This device's model, read once per process: CODAGPT_GEMM_COSTS=h100 or h200 makes plain GEMMs use
+// that card's model on any card (to compare the two in one run); programs keep the H200's.
+inline const CostModel& plan_costs(const DeviceInfo& d, bool plain) {
+    static const double bandwidth = [&] {
+        const char* v = std::getenv("CODAGPT_GEMM_COSTS");
+        if (!v || !*v) return d.dram_bytes_per_s;
+        if (std::string(v) == "h100") return 3.35e12;
+        if (std::string(v) == "h200") return 4.8e12;
+        throw Error(std::string("CODAGPT_GEMM_COSTS=") + v + ": not a fitted card (h100, h200)");
+    }();
+    return cost_model(bandwidth, plain);
+}
 // A program that declares the wide tile (wide_tile_pays) has its epilogue term left out only from
 // this many k-blocks on: the 1.5B ResidualForward gained on the wide tile at K = 6400 (100 k-blocks,
 // 25.34 -> 23.92 ms a traced step) and lost at K = 1600 (25, 8.51 -> 8.74); 50 lies between.
 constexpr int kWideProgramMinKBlocks = 50;
-// A configuration's relative cost an output element a k-block, fitted on the H200.
-inline double cost_per_element(Tile t) {
-    switch (t) {
-        case Tile::kPingPong128x128: return 0.85;
-        case Tile::k128x128: return 1.15;
-        case Tile::k128x320:
-        case Tile::k128x320C2: return kWidePerElement;
-        default: return 1.0;
-    }
-}
 
 inline int split_k_blocks(int k_blocks, int splits) { return (k_blocks + splits - 1) / splits; }
 // K's k-blocks split `splits` ways (1 to kMaxSplits) leave no split empty.
@@ -923,15 +967,17 @@ inline std::optional<Tile> forced_tile() {
 
 // wide_program: the program declares that the 128 x 320 tile pays for it (wide_tile_pays): where
 // K is long (kWideProgramMinKBlocks) its epilogue costs as much on ping-pong as unhidden on the
-// wide tile, so the wide tile's epilogue term (kWideEpilogueKBlocks) is left out of its cost.
+// wide tile, so the wide tile's epilogue term is left out of its cost.
 // wide_refused: the program declares that it must not run on the 128 x 320 tile (wide_tile_refused).
-inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = false, bool wide_refused = false) {
+inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = false, bool wide_refused = false,
+                        const CostModel& costs = kH200Costs) {
     // Estimated time ~ (work units per CTA) * tile area * cost per element of the configuration
-    // * (k-blocks per unit, plus the partial's cost when split). Splitting K pays where the tiles
-    // are too few to fill the SMs evenly (the weight gradients' small outputs with K = B*T).
+    // * (k-blocks per unit, plus the partial's cost when split, plus its unhidden epilogue).
+    // Splitting K pays where the tiles are too few to fill the SMs evenly (the weight gradients'
+    // small outputs with K = B*T).
     const int k_blocks = n_tiles(prob.K, kBK);
     const std::optional<Tile> forced = forced_tile();
-    const double wide_epilogue = wide_program && k_blocks >= kWideProgramMinKBlocks ? 0.0 : kWideEpilogueKBlocks;
+    const bool wide_hidden = wide_program && k_blocks >= kWideProgramMinKBlocks;
     Plan best;
     double best_cost = 1e300;
     for (Tile t : kTiles) {
@@ -949,9 +995,9 @@ inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = fa
             // runs 0.115 ms ping-pong, 0.100 ms cooperative 128x128).
             if (!forced && t == Tile::kPingPong128x128 && units < 2l * sms) continue;
             const long per_cta = (units + sms - 1) / sms;
-            const bool wide = tile_n(t) == 320;
-            const double cost = (double)per_cta * tile_m(t) * tile_n(t) * cost_per_element(t) *
-                                (per_split + (s > 1 ? kSplitCostKBlocks : 0.0) + (wide ? wide_epilogue : 0.0));
+            const double epilogue = wide_hidden && tile_n(t) == 320 ? 0.0 : costs.epilogue(t);
+            const double cost = (double)per_cta * tile_m(t) * tile_n(t) * costs.per_element(t) *
+                                (per_split + (s > 1 ? kSplitCostKBlocks : 0.0) + epilogue);
             if (cost < best_cost) {
                 best = {t, s};
                 best_cost = cost;
@@ -1131,10 +1177,12 @@ inline bool available() {
     return d.sm90a;
 }
 
-// The plan gemm() runs program type P on `prob` with (P = void: the plan by shape alone).
+// The plan gemm() runs program type P on `prob` with (P = void: the plan of a plain GEMM by shape).
 template <class P = void>
 detail::Plan plan(const GemmProblem& prob) {
-    return detail::choose_plan(prob, detail::device_info().sms, wide_tile_pays<P>, wide_tile_refused<P>);
+    const detail::DeviceInfo& d = detail::device_info();
+    return detail::choose_plan(prob, d.sms, wide_tile_pays<P>, wide_tile_refused<P>,
+                               detail::plan_costs(d, std::is_void_v<P> || plain_gemm<P>));
 }
 // The tile shape and lane split gemm() uses for P on `prob` (callers size partials buffers from it).
 template <class P = void>

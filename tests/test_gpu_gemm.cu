@@ -465,6 +465,34 @@ TEST(GpuGemm, LnBackwardXRefusesTheWideTile) {
     EXPECT_NE(sm90::detail::choose_plan(lm_head_dx, 132, false, true).tile, sm90::Tile::k128x320);
 }
 
+// The plain GEMM's plan on a card with the H100's HBM bandwidth (3.35 TB/s) uses the model fitted
+// there: the 1.5B outputs 1600 wide on the 128 x 320 tile, the 350M LM head's dW on 128 x 256,
+// ping-pong kept for the short reductions into wide outputs. Programs keep the H200's model, as
+// does every GEMM of a card with the H200's bandwidth or one that reports none.
+TEST(GpuGemm, PlainGemmsOnTheH100TakeItsCostModel) {
+    using sm90::detail::cost_model;
+    EXPECT_TRUE(plain_gemm<PlainStore<>>);
+    EXPECT_TRUE(plain_gemm<PlainAccumulate>);
+    EXPECT_FALSE(plain_gemm<GeluBackward<>>);
+    EXPECT_FALSE(plain_gemm<void>);
+    EXPECT_EQ(&cost_model(3.35e12, true), &sm90::detail::kH100PlainCosts);
+    EXPECT_EQ(&cost_model(3.35e12, false), &sm90::detail::kH200Costs);
+    EXPECT_EQ(&cost_model(4.8e12, true), &sm90::detail::kH200Costs);
+    EXPECT_EQ(&cost_model(0.0, true), &sm90::detail::kH200Costs);
+    const int T = 16384, sms = 132;
+    auto tile = [&](int M, int N, int K) {
+        return sm90::detail::choose_plan(GemmProblem{M, N, K, {}, {}}, sms, false, false, sm90::detail::kH100PlainCosts)
+            .tile;
+    };
+    for (const auto& [M, N, K] : {std::tuple{T, 1600, 1600}, {T, 1600, 6400}, {T, 1600, 4800}, {T, 1600, 50304}})
+        EXPECT_EQ(tile(M, N, K), sm90::Tile::k128x320) << M << "x" << N << "x" << K;
+    EXPECT_EQ(tile(50304, 1024, T), sm90::Tile::k128x256);
+    for (const auto& [M, N, K] : {std::tuple{T, 3072, 1024}, {T, 50304, 1024}, {T, 4096, 1024}})
+        EXPECT_EQ(tile(M, N, K), sm90::Tile::kPingPong128x128) << M << "x" << N << "x" << K;
+    // the same shapes under the H200's model: ping-pong for all but the LM head's long reduction
+    EXPECT_EQ(sm90::detail::choose_plan(GemmProblem{T, 1600, 1600, {}, {}}, sms).tile, sm90::Tile::kPingPong128x128);
+}
+
 // The same end to end: partials sized from gemm_tile_shape<ResidualForward> on a problem whose
 // plan is the wide tile (26 M-tiles x 5 for 132 SMs, K at the threshold), checked against fp64.
 TEST(GpuGemm, ResidualForwardOnItsPlan) {
