@@ -489,7 +489,7 @@ TEST(GpuGemm, PlainGemmsOnTheH100TakeItsCostModel) {
     EXPECT_EQ(tile(50304, 1024, T), sm90::Tile::k128x256);
     for (const auto& [M, N, K] : {std::tuple{T, 3072, 1024}, {T, 50304, 1024}, {T, 4096, 1024}})
         EXPECT_EQ(tile(M, N, K), sm90::Tile::kPingPong128x128) << M << "x" << N << "x" << K;
-    // the same shapes under the H200's model: ping-pong for all but the LM head's long reduction
+    // under the H200's model the 1.5B projection stays on ping-pong
     EXPECT_EQ(sm90::detail::choose_plan(GemmProblem{T, 1600, 1600, {}, {}}, sms).tile, sm90::Tile::kPingPong128x128);
 }
 
