@@ -790,10 +790,9 @@ int run(int argc, char** argv) {
     bench.gpu = prop.name;
     bench.l2_bytes = prop.l2CacheSize;
     const sm90::detail::DeviceInfo& dev = sm90::detail::device_info();
-    const bool h100_plain = &sm90::detail::plan_costs(dev, true) == &sm90::detail::kH100PlainCosts;
     printf("%s, %d SMs, L2 %d MiB, HBM %.2f TB/s, plain GEMMs planned by the %s model, reps %d (median)\n", prop.name,
-           prop.multiProcessorCount, prop.l2CacheSize >> 20, dev.dram_bytes_per_s / 1e12, h100_plain ? "H100" : "H200",
-           bench.reps);
+           prop.multiProcessorCount, prop.l2CacheSize >> 20, dev.dram_bytes_per_s / 1e12,
+           sm90::detail::plan_costs(dev, true).card, bench.reps);
     if (o.ablate) {
         const std::string title = "rung on pp128x128 (" + bench.model + " shape)";
         printf("%-44s %9s %9s %6s\n", title.c_str(), "ms", "plain ms", "ratio");

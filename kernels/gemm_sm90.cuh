@@ -888,6 +888,7 @@ constexpr double kSplitCostKBlocks = 48;
 // epilogue behind the other consumer's mainloop; the cooperative tiles do not). Fitted per card to
 // bench_gemm --sweep (every tile configuration of every shape, K unsplit).
 struct CostModel {
+    const char* card;                      // the card it was fitted on (CODAGPT_GEMM_COSTS's name)
     double pingpong, coop128, coop, wide;  // pp128x128; 128x128; 128x256 and 256x128; 128x320
     double coop_epilogue, wide_epilogue;   // k-blocks: the cooperative tiles', the 128 x 320 tile's
     double per_element(Tile t) const {
@@ -910,13 +911,13 @@ struct CostModel {
 // its epilogue, 2.5 times ping-pong's tile, is not hidden. It wins where K is long and its 320
 // columns divide N (the 1.5B LM head's dX and dW, 3.91 and 4.03 ms against 4.34 and 4.26), and
 // loses where K = 1600 (qkv, fc and fcproj forward by 10-18%).
-constexpr CostModel kH200Costs{0.85, 1.15, 1.0, 0.8, 0.0, 25.0};
+constexpr CostModel kH200Costs{"h200", 0.85, 1.15, 1.0, 0.8, 0.0, 25.0};
 // The H100 (3.35 TB/s), plain GEMMs (bench_gemm --sweep of dab81cc, three sweeps of the 35 shapes,
 // bench/results/h100_gemm_sweep_dab81cc/): with 30% less bandwidth the tiles with fewer L2
 // bytes a flop win more shapes: 128 x 320 the 1.5B outputs 1600 wide and long reductions, 128 x 256
 // the 350M dW and long-K shapes; ping-pong keeps the short-K, wide-N ones. The H200's model picks
 // tiles 8% slower than each shape's best there (geomean), this one 0.5-0.9% (in sample).
-constexpr CostModel kH100PlainCosts{1.11, 1.15, 1.0, 0.944, 2.0, 5.0};
+constexpr CostModel kH100PlainCosts{"h100", 1.11, 1.15, 1.0, 0.944, 2.0, 5.0};
 // HBM bandwidth between the two cards': the H100's plain-GEMM model below it, the H200's above.
 constexpr double kScarceBandwidth = 4.0e12;
 // The model a plan uses: programs with an epilogue beyond the store (plain = false) keep the
@@ -928,14 +929,14 @@ inline const CostModel& cost_model(double dram_bytes_per_s, bool plain) {
 // This device's model, read once per process: CODAGPT_GEMM_COSTS=h100 or h200 makes plain GEMMs use
 // that card's model on any card (to compare the two in one run); programs keep the H200's.
 inline const CostModel& plan_costs(const DeviceInfo& d, bool plain) {
-    static const double bandwidth = [&] {
+    static const CostModel& plain_model = [&]() -> const CostModel& {
         const char* v = std::getenv("CODAGPT_GEMM_COSTS");
-        if (!v || !*v) return d.dram_bytes_per_s;
-        if (std::string(v) == "h100") return 3.35e12;
-        if (std::string(v) == "h200") return 4.8e12;
+        if (!v || !*v) return cost_model(d.dram_bytes_per_s, true);
+        for (const CostModel* m : {&kH100PlainCosts, &kH200Costs})
+            if (std::string(v) == m->card) return *m;
         throw Error(std::string("CODAGPT_GEMM_COSTS=") + v + ": not a fitted card (h100, h200)");
     }();
-    return cost_model(bandwidth, plain);
+    return plain ? plain_model : cost_model(d.dram_bytes_per_s, false);
 }
 // A program that declares the wide tile (wide_tile_pays) has its epilogue term left out only from
 // this many k-blocks on: the 1.5B ResidualForward gained on the wide tile at K = 6400 (100 k-blocks,
