@@ -311,6 +311,43 @@ struct ResSums : NoColPartials {
     }
     CODA_HD void write_row(const Row& row, RowSlot s) const { s1.write(row.s1, s); s2.write(row.s2, s); }
 };
+// LnBackwardX: dx = r (gamma acc - m1 - xhat m2) + dres, LN(x) stored over x, three column
+// partials. Its rungs: the LayerNorm backward with x loaded and dx stored, + dres loaded, + LN(x)
+// stored, + the column partials (the program).
+struct LnDx : NoRowPartials, NoColPartials {
+    RowVec mu, rstd, m1, m2;
+    ColVec gamma;
+    LoadTile<bf16> x;
+    StoreTile<bf16> dx_out;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const {
+        const float r = rstd(e), xhat = (x(e) - mu(e)) * r;
+        dx_out.store(e, r * (gamma(e) * e.acc - m1(e) - xhat * m2(e)));
+    }
+};
+struct LnDxRes : NoRowPartials, NoColPartials {
+    RowVec mu, rstd, m1, m2;
+    ColVec gamma;
+    LoadTile<bf16> x, dres;
+    StoreTile<bf16> dx_out;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const {
+        const float r = rstd(e), xhat = (x(e) - mu(e)) * r;
+        dx_out.store(e, r * (gamma(e) * e.acc - m1(e) - xhat * m2(e)) + dres(e));
+    }
+};
+struct LnDxResLn : NoRowPartials, NoColPartials {
+    RowVec mu, rstd, m1, m2;
+    ColVec gamma, beta;
+    LoadTile<bf16> x, dres;
+    StoreTile<bf16> ln_out, dx_out;
+    template <class E>
+    CODA_HD void element(const E& e, Row&, Col&) const {
+        const float r = rstd(e), xhat = (x(e) - mu(e)) * r, gamma_j = gamma(e);
+        ln_out.store(e, fmaf(xhat, gamma_j, beta(e)));
+        dx_out.store(e, r * (gamma_j * e.acc - m1(e) - xhat * m2(e)) + dres(e));
+    }
+};
 }  // namespace ablation
 
 struct Row {
@@ -678,7 +715,13 @@ struct Bench : Options {
             rung("+ sums of x, x^2", ResSums{{}, r.bias, r.residual, r.x_out, {b.get<float>(rows)}, {b.get<float>(rows)}});
             rung("+ Welford (ResidualForward)", r);
         });
-        ladder("fc dX", [&](Buffers& b, const GemmProblem& p, auto&& rung) { rung("LnBackwardX", ln_backward_x(b, p, ts)); });
+        ladder("fc dX", [&](Buffers& b, const GemmProblem& p, auto&& rung) {
+            const LnBackwardX<bf16> l = ln_backward_x(b, p, ts);
+            rung("dx = LN backward, x loaded", LnDx{{}, {}, l.mu, l.rstd, l.m1, l.m2, l.gamma, l.x, l.dx_out});
+            rung("+ dres loaded", LnDxRes{{}, {}, l.mu, l.rstd, l.m1, l.m2, l.gamma, l.x, l.dres, l.dx_out});
+            rung("+ LN(x) stored", LnDxResLn{{}, {}, l.mu, l.rstd, l.m1, l.m2, l.gamma, l.beta, l.x, l.dres, l.ln_out, l.dx_out});
+            rung("+ column partials (LnBackwardX)", l);
+        });
     }
 
     // A pass without a GEMM (K = 0: the engine's pass kernel) against a device-to-device copy of
