@@ -312,31 +312,10 @@ struct ResSums : NoColPartials {
     CODA_HD void write_row(const Row& row, RowSlot s) const { s1.write(row.s1, s); s2.write(row.s2, s); }
 };
 // LnBackwardX: dx = r (gamma acc - m1 - xhat m2) + dres, LN(x) stored over x, three column
-// partials. Its rungs: the LayerNorm backward with x loaded and dx stored, + dres loaded, + LN(x)
-// stored, + the column partials (the program).
+// partials. Its rungs: the LayerNorm backward with x loaded and dx stored, + dres loaded (kDres),
+// + LN(x) stored (kLn), + the column partials (the program).
+template <bool kDres, bool kLn>
 struct LnDx : NoRowPartials, NoColPartials {
-    RowVec mu, rstd, m1, m2;
-    ColVec gamma;
-    LoadTile<bf16> x;
-    StoreTile<bf16> dx_out;
-    template <class E>
-    CODA_HD void element(const E& e, Row&, Col&) const {
-        const float r = rstd(e), xhat = (x(e) - mu(e)) * r;
-        dx_out.store(e, r * (gamma(e) * e.acc - m1(e) - xhat * m2(e)));
-    }
-};
-struct LnDxRes : NoRowPartials, NoColPartials {
-    RowVec mu, rstd, m1, m2;
-    ColVec gamma;
-    LoadTile<bf16> x, dres;
-    StoreTile<bf16> dx_out;
-    template <class E>
-    CODA_HD void element(const E& e, Row&, Col&) const {
-        const float r = rstd(e), xhat = (x(e) - mu(e)) * r;
-        dx_out.store(e, r * (gamma(e) * e.acc - m1(e) - xhat * m2(e)) + dres(e));
-    }
-};
-struct LnDxResLn : NoRowPartials, NoColPartials {
     RowVec mu, rstd, m1, m2;
     ColVec gamma, beta;
     LoadTile<bf16> x, dres;
@@ -344,8 +323,8 @@ struct LnDxResLn : NoRowPartials, NoColPartials {
     template <class E>
     CODA_HD void element(const E& e, Row&, Col&) const {
         const float r = rstd(e), xhat = (x(e) - mu(e)) * r, gamma_j = gamma(e);
-        ln_out.store(e, fmaf(xhat, gamma_j, beta(e)));
-        dx_out.store(e, r * (gamma_j * e.acc - m1(e) - xhat * m2(e)) + dres(e));
+        if constexpr (kLn) ln_out.store(e, fmaf(xhat, gamma_j, beta(e)));
+        dx_out.store(e, r * (gamma_j * e.acc - m1(e) - xhat * m2(e)) + (kDres ? dres(e) : 0.f));
     }
 };
 }  // namespace ablation
@@ -717,9 +696,13 @@ struct Bench : Options {
         });
         ladder("fc dX", [&](Buffers& b, const GemmProblem& p, auto&& rung) {
             const LnBackwardX<bf16> l = ln_backward_x(b, p, ts);
-            rung("dx = LN backward, x loaded", LnDx{{}, {}, l.mu, l.rstd, l.m1, l.m2, l.gamma, l.x, l.dx_out});
-            rung("+ dres loaded", LnDxRes{{}, {}, l.mu, l.rstd, l.m1, l.m2, l.gamma, l.x, l.dres, l.dx_out});
-            rung("+ LN(x) stored", LnDxResLn{{}, {}, l.mu, l.rstd, l.m1, l.m2, l.gamma, l.beta, l.x, l.dres, l.ln_out, l.dx_out});
+            auto rungs_of = [&](auto d, auto ln) {
+                return LnDx<decltype(d)::value, decltype(ln)::value>{{}, {}, l.mu, l.rstd, l.m1, l.m2, l.gamma, l.beta,
+                                                                       l.x, l.dres, l.ln_out, l.dx_out};
+            };
+            rung("dx = LN backward, x loaded", rungs_of(std::false_type{}, std::false_type{}));
+            rung("+ dres loaded", rungs_of(std::true_type{}, std::false_type{}));
+            rung("+ LN(x) stored", rungs_of(std::true_type{}, std::true_type{}));
             rung("+ column partials (LnBackwardX)", l);
         });
     }

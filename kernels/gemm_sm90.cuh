@@ -932,9 +932,12 @@ inline const CostModel& plan_costs(const DeviceInfo& d, bool plain) {
     static const CostModel& plain_model = [&]() -> const CostModel& {
         const char* v = std::getenv("CODAGPT_GEMM_COSTS");
         if (!v || !*v) return cost_model(d.dram_bytes_per_s, true);
-        for (const CostModel* m : {&kH100PlainCosts, &kH200Costs})
+        std::string cards;
+        for (const CostModel* m : {&kH100PlainCosts, &kH200Costs}) {
             if (std::string(v) == m->card) return *m;
-        throw Error(std::string("CODAGPT_GEMM_COSTS=") + v + ": not a fitted card (h100, h200)");
+            cards += (cards.empty() ? "" : ", ") + std::string(m->card);
+        }
+        throw Error(std::string("CODAGPT_GEMM_COSTS=") + v + ": not a fitted card (" + cards + ")");
     }();
     return plain ? plain_model : cost_model(d.dram_bytes_per_s, false);
 }
