@@ -169,16 +169,16 @@ int run(int argc, char** argv) {
     {
         Buffers b;
         const long P = (long)m.num_params();  // every parameter the trainer's AdamW updates
-        float *master = b.make<float>(P, 0.02f), *grads = b.make<float>(P, 1e-3f);
-        float *mom = b.make<float>(P, 1e-4f), *var = b.make<float>(P, 1e-8f);
-        bf16* params = b.make<bf16>(P, 0.f);
+        float *grads = b.make<float>(P, 1e-3f), *mom = b.make<float>(P, 1e-4f), *var = b.make<float>(P, 1e-8f);
+        bf16* params = b.make<bf16>(P, 0.02f);
+        auto* master_lo = reinterpret_cast<uint16_t*>(b.make<bf16>(P, 0.02f));  // any low halves
         float *norm2 = b.make<float>(1, 0.f), *norm = b.make<float>(1, 0.f), *scale = b.make<float>(1, 0.f);
         float* scratch = b.make<float>((long)global_norm_scratch_floats(), 0.f);
         int t = 1;
         auto step = [&] {
             global_norm_squared(norm2, scratch, grads, P, 0);
             clip_scale(scale, norm, norm2, 1.f, 0);
-            adamw_update(master, params, grads, mom, var, P, AdamWArgs{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t++}, scale, 0);
+            adamw_update(params, master_lo, grads, mom, var, P, AdamWArgs{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t++}, scale, 0);
         };
         parts.push_back(part("optimizer", step, seconds, *meter));
     }

@@ -1,11 +1,13 @@
 // The optimizer step: the global gradient norm (two-stage, fixed-order reduction), the clip
-// factor derived from it on the device, and the AdamW update of fp32 master weights with their
-// bf16 copy. Everything here is elementwise or a fixed-shape reduction, hence deterministic.
+// factor derived from it on the device, and the AdamW update of fp32 master weights kept as their
+// bf16 copy and its low halves (master_weights.cuh). Everything here is elementwise or a
+// fixed-shape reduction, hence deterministic.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "adamw.cuh"
+#include "master_weights.cuh"
 
 namespace codagpt {
 
@@ -93,57 +95,57 @@ __device__ inline void adamw_element(float& p, float& m, float& v, float g, cons
 }
 
 // Every buffer is touched exactly once: streaming loads and stores keep them out of L2's way.
-__device__ inline void store128cs(float* p, const Packed128<float>& x) {
-    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(x.v));
-}
-__device__ inline void store128cs(bf16* p, const Packed128<bf16>& x) {
+template <typename T>
+__device__ inline void store128cs(T* p, const Packed128<T>& x) {
     __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(x.v));
 }
 
-// One thread per 8 elements: two 16-byte accesses to each fp32 buffer, one to the bf16 params.
-// All eight loads are issued before any store (the buffers might alias as far as the compiler
-// knows, so the order is spelled out). All pointers 16-byte aligned.
-__global__ void adamw_vec_kernel(float* __restrict__ master, bf16* __restrict__ params,
+// One thread per 8 elements: one 16-byte access to each 16-bit buffer (the weights' halves), two
+// to each fp32 one. All loads are issued before any store (the buffers might alias as far as the
+// compiler knows, so the order is spelled out). All pointers 16-byte aligned.
+__global__ void adamw_vec_kernel(uint16_t* __restrict__ hi, uint16_t* __restrict__ lo,
                                  const float* __restrict__ grads, float* __restrict__ m, float* __restrict__ v,
                                  size_t packs, AdamWStep a, const float* __restrict__ grad_scale) {
     const size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= packs) return;
     const size_t i = 8 * k;
-    Packed128<float> p[2], mm[2], vv[2], g[2];
-    for (int h = 0; h < 2; h++) {
-        p[h] = load128cs(master + i + 4 * h);
-        mm[h] = load128cs(m + i + 4 * h);
-        vv[h] = load128cs(v + i + 4 * h);
-        g[h] = load128cs(grads + i + 4 * h);
+    Packed128<uint16_t> h = load128cs(hi + i), l = load128cs(lo + i);
+    Packed128<float> mm[2], vv[2], g[2];
+    for (int s = 0; s < 2; s++) {
+        mm[s] = load128cs(m + i + 4 * s);
+        vv[s] = load128cs(v + i + 4 * s);
+        g[s] = load128cs(grads + i + 4 * s);
     }
     const float scale = *grad_scale;
-    Packed128<bf16> p16;
-    for (int h = 0; h < 2; h++)
+    for (int s = 0; s < 2; s++)
         for (int j = 0; j < 4; j++) {
-            adamw_element(p[h][j], mm[h][j], vv[h][j], g[h][j], a, scale);
-            p16[4 * h + j] = __float2bfloat16_rn(p[h][j]);
+            const int e = 4 * s + j;
+            float p = master_join(h[e], l[e]);
+            adamw_element(p, mm[s][j], vv[s][j], g[s][j], a, scale);
+            h[e] = master_hi(p);
+            l[e] = master_lo(p);
         }
-    for (int h = 0; h < 2; h++) {
-        store128cs(master + i + 4 * h, p[h]);
-        store128cs(m + i + 4 * h, mm[h]);
-        store128cs(v + i + 4 * h, vv[h]);
+    for (int s = 0; s < 2; s++) {
+        store128cs(m + i + 4 * s, mm[s]);
+        store128cs(v + i + 4 * s, vv[s]);
     }
-    store128cs(params + i, p16);
+    store128cs(hi + i, h);
+    store128cs(lo + i, l);
 }
 
 // Elements [begin, begin + count): the unaligned ends of a tensor, or all of it when the buffers
 // do not share an alignment.
-__global__ void adamw_scalar_kernel(float* master, bf16* params, const float* grads, float* m, float* v, size_t begin,
+__global__ void adamw_scalar_kernel(uint16_t* hi, uint16_t* lo, const float* grads, float* m, float* v, size_t begin,
                                     size_t count, AdamWStep a, const float* grad_scale) {
     const float scale = *grad_scale;
     for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < count; k += (size_t)gridDim.x * blockDim.x) {
         const size_t i = begin + k;
-        float p = master[i], mm = m[i], vv = v[i];
+        float p = master_join(hi[i], lo[i]), mm = m[i], vv = v[i];
         adamw_element(p, mm, vv, grads[i], a, scale);
-        master[i] = p;
         m[i] = mm;
         v[i] = vv;
-        params[i] = __float2bfloat16_rn(p);
+        hi[i] = master_hi(p);
+        lo[i] = master_lo(p);
     }
 }
 
@@ -174,7 +176,7 @@ void clip_scale(float* grad_scale, float* norm, const float* norm_squared, float
     CUDA_CHECK_LAUNCH(clip_scale_kernel);
 }
 
-void adamw_update(float* master, bf16* params, const float* grads, float* m, float* v, size_t n,
+void adamw_update(bf16* params, uint16_t* master_lo, const float* grads, float* m, float* v, size_t n,
                   const AdamWArgs& args, const float* grad_scale, cudaStream_t stream) {
     if (args.t < 1) throw Error("adamw_update: step t must be >= 1 (got " + std::to_string(args.t) + ")");
     if (n == 0) return;
@@ -190,16 +192,17 @@ void adamw_update(float* master, bf16* params, const float* grads, float* m, flo
     a.bias2 = float(1.0 - std::pow(double(args.beta2), double(args.t)));
 
     constexpr int kThreads = 256;
+    uint16_t* const hi = reinterpret_cast<uint16_t*>(params);  // the masters' bf16 halves
     auto scalar = [&](size_t begin, size_t count) {
         if (count == 0) return;
         const int blocks = (int)std::min<size_t>((count + kThreads - 1) / kThreads, 1u << 20);
-        adamw_scalar_kernel<<<blocks, kThreads, 0, stream>>>(master, params, grads, m, v, begin, count, a, grad_scale);
+        adamw_scalar_kernel<<<blocks, kThreads, 0, stream>>>(hi, master_lo, grads, m, v, begin, count, a, grad_scale);
         CUDA_CHECK_LAUNCH(adamw_scalar_kernel);
     };
-    // Vectorize from the first element where params (8 bf16 = 16 bytes) is aligned, if the fp32
+    // Vectorize from the first element where params (8 bf16 = 16 bytes) is aligned, if the other
     // buffers are aligned there too (true whenever all five share a 16-byte-aligned base).
     size_t head = (16 - reinterpret_cast<uintptr_t>(params) % 16) % 16 / 2;
-    const bool vec = reinterpret_cast<uintptr_t>(params) % 2 == 0 && head < n && aligned16(master + head) &&
+    const bool vec = reinterpret_cast<uintptr_t>(params) % 2 == 0 && head < n && aligned16(master_lo + head) &&
                      aligned16(grads + head) && aligned16(m + head) && aligned16(v + head);
     if (!vec) {
         scalar(0, n);
@@ -208,7 +211,7 @@ void adamw_update(float* master, bf16* params, const float* grads, float* m, flo
     const size_t packs = (n - head) / 8;
     if (packs > 0) {
         adamw_vec_kernel<<<ceil_div((long)packs, kThreads), kThreads, 0, stream>>>(
-            master + head, params + head, grads + head, m + head, v + head, packs, a, grad_scale);
+            hi + head, master_lo + head, grads + head, m + head, v + head, packs, a, grad_scale);
         CUDA_CHECK_LAUNCH(adamw_vec_kernel);
     }
     scalar(0, head);

@@ -1,5 +1,8 @@
-// The optimizer step on the GPU: global gradient norm and AdamW with fp32 master weights.
+// The optimizer step on the GPU: global gradient norm and AdamW with fp32 master weights (kept as
+// their bf16 copy and its low halves: master_weights.cuh).
 #pragma once
+#include <stdint.h>
+
 #include "common.cuh"
 
 namespace codagpt {
@@ -17,15 +20,16 @@ void sum_in_order(float* out, const float* partials, int n, cudaStream_t stream)
 // One AdamW update of n elements (decoupled weight decay; t = 1-based step for bias correction).
 // grad_scale multiplies the gradient first (global-norm clipping); it is read from device memory
 // (computed on the device from the norm) so that the step needs no host synchronisation.
-// master (fp32) is the weight of record; params (bf16) receives its rounded copy (to nearest even).
-// Any alignment works; the 16-byte vectorized path runs when the five buffers share one (as
-// tensors at the same offset of 16-byte-aligned flat buffers do). Pass weight_decay = 0 for
-// tensors that are not decayed.
+// The fp32 master weight of record is the pair (params, master_lo) (master_weights.cuh): read,
+// updated in fp32 and written back as its two halves, so params receives the updated weight
+// rounded to bf16 (to nearest, ties away from zero). Any alignment works; the 16-byte vectorized
+// path runs when the five buffers share one (as tensors at the same offset of 16-byte-aligned flat
+// buffers do). Pass weight_decay = 0 for tensors that are not decayed.
 struct AdamWArgs {
     float lr, beta1, beta2, eps, weight_decay;
     int t;
 };
-void adamw_update(float* master, bf16* params, const float* grads, float* m, float* v, size_t n,
+void adamw_update(bf16* params, uint16_t* master_lo, const float* grads, float* m, float* v, size_t n,
                   const AdamWArgs& args, const float* grad_scale, cudaStream_t stream);
 // grad_scale[0] = min(1, clip / sqrt(norm_squared[0])) (1 when clip <= 0); also norm[0] = sqrt(...)
 // unless norm is null. sqrt and division are exactly rounded.

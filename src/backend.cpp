@@ -174,6 +174,8 @@ std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBa
                                                std::shared_ptr<DataParallel> data_parallel) {
 #ifdef CODAGPT_HAVE_CUDA
     if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
+    if (opt.lm_head_chunks != 0)
+        throw Error("--lm-head-chunks applies to the fused path (--fusion coda): the unfused one computes all logits at once");
     const GPUModelOptions model{opt.recompute, true, data_parallel, opt.recompute_layers};
     return std::make_unique<GPUBackend<GPT2GPU>>(c, data_parallel, "unfused", recompute_note(model, c.model.n_layer),
                                                  model);
@@ -191,7 +193,8 @@ std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c, const 
     if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
     // GELU outputs are never kept on this path: --recompute gelu is none here.
     const Recompute r = opt.recompute == Recompute::mlp ? Recompute::mlp : Recompute::none;
-    const GPUModelOptions model{r, true, data_parallel, opt.recompute_layers};
+    GPUModelOptions model{r, true, data_parallel, opt.recompute_layers};
+    model.lm_head_chunks = opt.lm_head_chunks;
     return std::make_unique<GPUBackend<GPT2CodaGPU>>(c, data_parallel, "CODA fused",
                                                      recompute_note(model, c.model.n_layer), model);
 #else

@@ -84,6 +84,9 @@ struct GPUBackendOptions {
     // --recompute-layers: recompute in layers [0, n) only and keep the later layers' activations
     // (less time, more memory than every layer); 0: every layer. Ignored with Recompute::none.
     int recompute_layers = 0;
+    // --lm-head-chunks: the fused path's LM head in this many row chunks (GPUModelOptions); 0: the
+    // model's choice. The unfused path refuses any other value.
+    int lm_head_chunks = 0;
 };
 
 // The layers whose activations backward recomputes: [0, recomputed_layers(...)).

@@ -117,24 +117,25 @@ public:
 
     // Rank 0 receives the chunks one at a time into a scratch chunk (allocated here: checkpoints
     // are rare, and a persistent one would cost S floats of every step's memory).
-    void gather_to_root(float* full, const float* shard_buf, cudaStream_t stream) override {
-        const size_t S = plan_.shard_size;
+    void gather_to_root(void* full, const void* shard_buf, size_t elem_bytes, cudaStream_t stream) override {
+        const size_t bytes = plan_.shard_size * elem_bytes;
         CUDA_CHECK(cudaStreamSynchronize(stream));
         if (rank_ != 0) {
-            NCCL_CHECK(ncclSend(shard_buf, S, ncclFloat32, 0, comm_, side_), comm_);
+            NCCL_CHECK(ncclSend(shard_buf, bytes, ncclUint8, 0, comm_, side_), comm_);
             sync_side();
             return;
         }
-        auto copy_out = [&](int r, const float* chunk) {
+        auto copy_out = [&](int r, const void* chunk) {
             const RankShard& s = plan_.shards[r];
-            CUDA_CHECK(cudaMemcpy(full + s.begin, chunk, (s.end - s.begin) * sizeof(float), cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(static_cast<char*>(full) + s.begin * elem_bytes, chunk, (s.end - s.begin) * elem_bytes,
+                                  cudaMemcpyDeviceToHost));
         };
         copy_out(0, shard_buf);
-        float* scratch = nullptr;
-        CUDA_CHECK(cudaMalloc(&scratch, S * sizeof(float)));
+        void* scratch = nullptr;
+        CUDA_CHECK(cudaMalloc(&scratch, bytes));
         try {
             for (int r = 1; r < plan_.ranks; r++) {
-                NCCL_CHECK(ncclRecv(scratch, S, ncclFloat32, r, comm_, side_), comm_);
+                NCCL_CHECK(ncclRecv(scratch, bytes, ncclUint8, r, comm_, side_), comm_);
                 sync_side();
                 copy_out(r, scratch);
             }

@@ -70,9 +70,10 @@ public:
     virtual void all_gather_norm_partials(float* partials, CUstream_st* stream) = 0;
     // Every rank's chunk of the padded bf16 weights into every rank's buffer, in place.
     virtual void all_gather_weights(__nv_bfloat16* params, CUstream_st* stream) = 0;
-    // For checkpoints: the real elements of every rank's chunk `shard` (plan().shard_size floats on
-    // the device) into `full` (plan().n floats) on rank 0; other ranks leave `full` alone. Synchronizes.
-    virtual void gather_to_root(float* full, const float* shard, CUstream_st* stream) = 0;
+    // For checkpoints: the real elements of every rank's chunk `shard` (plan().shard_size elements
+    // of elem_bytes each on the device) into `full` (plan().n elements) on rank 0; other ranks leave
+    // `full` alone. Synchronizes.
+    virtual void gather_to_root(void* full, const void* shard, size_t elem_bytes, CUstream_st* stream) = 0;
 
     // From now on every bucket's reduction is timed: its events are created here, once.
     virtual void time_reductions() = 0;

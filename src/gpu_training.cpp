@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "adamw.cuh"
+#include "master_weights.cuh"
 #include "tensor_dump.hpp"
 
 namespace codagpt {
@@ -30,9 +31,9 @@ double mean_device_loss(const float* losses, int n, cudaStream_t stream, std::ve
 }
 
 void upload_bf16(bf16* dst, const std::vector<float>& params) {
-    std::vector<bf16> rounded(params.size());
+    std::vector<uint16_t> rounded(params.size());
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < params.size(); i++) rounded[i] = __float2bfloat16(params[i]);
+    for (size_t i = 0; i < params.size(); i++) rounded[i] = master_hi(params[i]);
     CUDA_CHECK(cudaMemcpy(dst, rounded.data(), rounded.size() * sizeof(bf16), cudaMemcpyHostToDevice));
 }
 
@@ -61,8 +62,8 @@ void device_adamw_step(const OptimizerBuffers& b, int t, double lr, const TrainC
     for (const TensorSpan& span : b.shard->tensors) {
         const AdamWArgs args{(float)lr, (float)c.beta1, (float)c.beta2, (float)c.adam_eps,
                              span.decay ? (float)c.weight_decay : 0.0f, t};
-        const size_t local = span.begin - b.shard->begin;  // where the span sits in master, m, v
-        adamw_update(b.master + local, b.params + span.begin, b.grads + span.begin, b.m + local, b.v + local,
+        const size_t local = span.begin - b.shard->begin;  // where the span sits in master_lo, m, v
+        adamw_update(b.params + span.begin, b.master_lo + local, b.grads + span.begin, b.m + local, b.v + local,
                      span.end - span.begin, args, grad_scale, stream);
     }
 }
@@ -76,7 +77,7 @@ ZeroPlan plan_of(const ModelConfig& c, const DataParallel* dp) {
 size_t TrainableParams::device_bytes(const ModelConfig& c, const DataParallel* dp) {
     const ZeroPlan plan = plan_of(c, dp);
     const size_t P = plan.padded_total, S = plan.shard_size;
-    return P * (sizeof(bf16) + sizeof(float)) + 3 * S * sizeof(float);
+    return P * (sizeof(bf16) + sizeof(float)) + S * (sizeof(uint16_t) + 2 * sizeof(float));
 }
 
 TrainableParams::TrainableParams(const ModelConfig& c, std::shared_ptr<DataParallel> dp, cudaStream_t stream,
@@ -85,7 +86,7 @@ TrainableParams::TrainableParams(const ModelConfig& c, std::shared_ptr<DataParal
     const size_t P = plan_.padded_total, S = plan_.shard_size;
     params_ = static_cast<bf16*>(alloc(P * sizeof(bf16)));
     grads_ = static_cast<float*>(alloc(P * sizeof(float)));
-    master_ = static_cast<float*>(alloc(S * sizeof(float)));
+    master_lo_ = static_cast<uint16_t*>(alloc(S * sizeof(uint16_t)));
     m_ = static_cast<float*>(alloc(S * sizeof(float)));
     v_ = static_cast<float*>(alloc(S * sizeof(float)));
     scalars_ = static_cast<float*>(alloc(4 * sizeof(float)));
@@ -94,7 +95,7 @@ TrainableParams::TrainableParams(const ModelConfig& c, std::shared_ptr<DataParal
     // The padding stays zero in every buffer: nothing ever writes past the real elements.
     CUDA_CHECK(cudaMemset(params_, 0, P * sizeof(bf16)));
     CUDA_CHECK(cudaMemset(grads_, 0, P * sizeof(float)));
-    CUDA_CHECK(cudaMemset(master_, 0, S * sizeof(float)));
+    CUDA_CHECK(cudaMemset(master_lo_, 0, S * sizeof(uint16_t)));
     CUDA_CHECK(cudaMemset(m_, 0, S * sizeof(float)));
     CUDA_CHECK(cudaMemset(v_, 0, S * sizeof(float)));
 }
@@ -105,29 +106,46 @@ TrainableParams::~TrainableParams() {
 }
 
 OptimizerBuffers TrainableParams::buffers() const {
-    return {&plan_.shards[rank_], master_, params_, grads_, m_, v_, scalars_, norm_scratch_};
+    return {&plan_.shards[rank_], params_, master_lo_, grads_, m_, v_, scalars_, norm_scratch_};
 }
 
 void TrainableParams::set_params(const std::vector<float>& params) {
     if (params.size() != plan_.n) throw Error("set_params: expected " + std::to_string(plan_.n) + " values");
     const RankShard& s = plan_.shards[rank_];
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    CUDA_CHECK(cudaMemcpy(master_, params.data() + s.begin, (s.end - s.begin) * sizeof(float), cudaMemcpyHostToDevice));
+    std::vector<uint16_t> lo(s.end - s.begin);
+    for (size_t i = 0; i < lo.size(); i++) lo[i] = master_lo(params[s.begin + i]);
+    CUDA_CHECK(cudaMemcpy(master_lo_, lo.data(), lo.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
     upload_bf16(params_, params);
 }
 
 std::vector<float> TrainableParams::gather(const float* shard_buf) const {
     std::vector<float> full(dp_ && rank_ != 0 ? 0 : plan_.n);  // other ranks only send
-    if (dp_) {
-        dp_->gather_to_root(full.data(), shard_buf, stream_);
-    } else {
-        CUDA_CHECK(cudaStreamSynchronize(stream_));
-        CUDA_CHECK(cudaMemcpy(full.data(), shard_buf, plan_.n * sizeof(float), cudaMemcpyDeviceToHost));
-    }
+    gather_into(full.data(), shard_buf, sizeof(float));
     return full;
 }
 
-std::vector<float> TrainableParams::master_params() const { return gather(master_); }
+void TrainableParams::gather_into(void* full, const void* shard_buf, size_t elem_bytes) const {
+    if (dp_) {
+        dp_->gather_to_root(full, shard_buf, elem_bytes, stream_);
+    } else {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        CUDA_CHECK(cudaMemcpy(full, shard_buf, plan_.n * elem_bytes, cudaMemcpyDeviceToHost));
+    }
+}
+
+// The low halves gathered from the shards, joined on rank 0 with the bf16 halves it holds for all.
+std::vector<float> TrainableParams::master_params() const {
+    const bool root = !dp_ || rank_ == 0;
+    std::vector<uint16_t> lo(root ? plan_.n : 0), hi(lo.size());
+    gather_into(lo.data(), master_lo_, sizeof(uint16_t));
+    if (!root) return {};
+    CUDA_CHECK(cudaMemcpy(hi.data(), params_, plan_.n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    std::vector<float> full(plan_.n);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < full.size(); i++) full[i] = master_join(hi[i], lo[i]);
+    return full;
+}
 std::vector<float> TrainableParams::m() const { return gather(m_); }
 std::vector<float> TrainableParams::v() const { return gather(v_); }
 

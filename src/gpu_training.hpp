@@ -4,6 +4,8 @@
 // param_layout order (global gradient norm, clipping, AdamW: kernels/adamw.cuh), on one GPU or as
 // one rank of a data-parallel job with ZeRO-1 (data_parallel.hpp).
 #pragma once
+#include <stdint.h>
+
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -52,7 +54,8 @@ struct DeviceBuffers {
 // summed in token order on the host: the same bits run to run); synchronizes the stream.
 double mean_device_loss(const float* losses, int n, cudaStream_t stream, std::vector<float>& host);
 
-// Weights rounded to bf16 (nearest even) on the host, then copied to dst (n = params.size()).
+// Weights rounded to bf16 on the host as the trainer rounds its master weights (master_hi:
+// to nearest, ties away from zero), then copied to dst (n = params.size()).
 void upload_bf16(bf16* dst, const std::vector<float>& params);
 // n bf16 values from the device as floats, after the work queued on `stream` (e.g. the logits).
 std::vector<float> download_bf16(const bf16* src, size_t n, cudaStream_t stream);
@@ -66,13 +69,13 @@ struct DumpedTensor {
 void dump(int layer, std::initializer_list<DumpedTensor> tensors, cudaStream_t stream);
 
 // The buffers of one rank's optimizer step. params and grads are the model's whole flat buffers
-// (param_layout order); master, m and v hold the flat elements [shard->begin, shard->end) (a ZeRO-1
-// rank's shard, or the whole model as the one shard of one rank). scalars: 3 floats (norm^2, norm,
-// clip scale); norm_scratch: global_norm_scratch_floats() floats.
+// (param_layout order); master_lo, m and v hold the flat elements [shard->begin, shard->end) (a
+// ZeRO-1 rank's shard, or the whole model as the one shard of one rank). scalars: 3 floats (norm^2,
+// norm, clip scale); norm_scratch: global_norm_scratch_floats() floats.
 struct OptimizerBuffers {
     const RankShard* shard = nullptr;
-    float* master = nullptr;  // fp32 weights of record
-    bf16* params = nullptr;   // their bf16 copies, which the kernels read
+    bf16* params = nullptr;          // the weights the kernels read: the fp32 masters' bf16 halves
+    uint16_t* master_lo = nullptr;   // and their low halves (master_weights.cuh)
     float *grads = nullptr, *m = nullptr, *v = nullptr;
     float *scalars = nullptr, *norm_scratch = nullptr;
 };
@@ -88,9 +91,10 @@ void device_adamw_step(const OptimizerBuffers& b, int t, double lr, const TrainC
 
 // A GPU model's trainable state, one implementation for both models: bf16 weights (what the kernels
 // read), fp32 gradients, and the optimizer state of this rank's ZeRO-1 shard (fp32 master weights,
-// AdamW moments). Alone (no DataParallel) the one shard is the whole model and nothing is
-// communicated. With a DataParallel of R ranks the weight and gradient buffers hold the plan's
-// padded_total elements (zeros past n), the master weights, m and v only the rank's chunk
+// AdamW moments). A master weight is its bf16 weight and 16 low bits (master_weights.cuh): 16 bytes
+// a parameter in all, not 18. Alone (no DataParallel) the one shard is the whole model and nothing
+// is communicated. With a DataParallel of R ranks the weight and gradient buffers hold the plan's
+// padded_total elements (zeros past n), the masters' low halves, m and v only the rank's chunk
 // (shard_size); after each update the bf16 weights are all-gathered (both models compute with them).
 // With time_phases() (--phase-times) it also times each step's phases with CUDA events
 // (step_phases.hpp): recorded on the streams as the step goes, read after the update's sync.
@@ -140,13 +144,16 @@ public:
 
 private:
     std::vector<float> gather(const float* shard_buf) const;
+    // The shards' real elements (elem_bytes each) into full (plan_.n elements) on rank 0.
+    void gather_into(void* full, const void* shard_buf, size_t elem_bytes) const;
     OptimizerBuffers buffers() const;
     ZeroPlan plan_;
     int rank_ = 0;
     std::shared_ptr<DataParallel> dp_;
     cudaStream_t stream_;
     bf16* params_ = nullptr;
-    float *grads_ = nullptr, *master_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+    uint16_t* master_lo_ = nullptr;
+    float *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
     float *scalars_ = nullptr, *norm_scratch_ = nullptr, *norm_partials_ = nullptr;
     int step_ = 0;  // optimizer steps taken (AdamW bias correction)
     // time_phases(): events on the stream where the step begins (zero_grad), its last backward

@@ -33,6 +33,32 @@ namespace {
 // side): partials buffers are sized with it, so they hold every tile shape the engine picks.
 constexpr int kMinTile = 128;
 
+// Rows [begin, begin + count) of the M tokens: the LM head works a chunk of them at a time.
+struct RowRange {
+    int begin, count;
+};
+
+// The rows of one LM head chunk (a multiple of 8, as M is), the last chunk taking the rest.
+// chunks > 0: that many equal chunks. chunks = 0: as few chunks as keep a chunk's logits [rows, Vp]
+// within scratch_elems, but none below min_rows, then the rows spread evenly over them.
+int lm_head_rows(int M, int Vp, size_t scratch_elems, int min_rows, int chunks) {
+    if (chunks < 0) throw Error("fused GPU model: lm_head_chunks must be >= 0, got " + std::to_string(chunks));
+    if (chunks == 0) {
+        const long fit = std::max<long>((long)(scratch_elems / (size_t)Vp) / 8 * 8, 8);
+        chunks = ceil_div(M, std::max<long>(fit, min_rows));
+    }
+    return std::min(M, (ceil_div(M, chunks) + 7) / 8 * 8);
+}
+
+// The fewest rows of a default LM head chunk: its dX GEMM ([rows, C] from K = Vp, the chunk's
+// longest GEMM) in at least three waves of 128 x 128 tiles on this GPU, not one wave and a part.
+int lm_head_min_rows(int C) {
+    int device = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return ceil_div(3L * sms * 128 * 128, C);
+}
+
 // Operands: the logical matrix p [rows, ld] row-major, and the transpose of p [cols, ld] (element
 // (r, c) at p[c*ld + r]): A = x^T of a dW GEMM, B = W^T of a dX GEMM, wte^T of the LM head.
 DeviceOperand matrix(const bf16* p, int ld) { return {p, {ld}}; }
@@ -50,6 +76,7 @@ struct Fold {
 struct GPT2CodaGPU::Impl {
     ModelConfig cfg;
     int B, T, M;  // M = B*T tokens
+    int lm_rows;  // rows of an LM head chunk (lm_head_rows)
     // --recompute mlp: layers [0, f_slots.r) keep no f (they share one buffer): backward recomputes
     // it by the fc GEMM
     LayerSlots f_slots;
@@ -89,10 +116,10 @@ struct GPT2CodaGPU::Impl {
     // LN_f); in backward each x (and x_mid) becomes its LayerNorm's output
     bf16 *residual, *qkv, *y, *x_mid, *f;             // [L+1, M, C], [L, M, 3C], [L, M, C] x2, [L or 1, M, 4C]
     float *mu, *rstd, *mu_mid, *rstd_mid, *att_lse;  // [L+1, M], [L+1, M], [L, M], [L, M], [L, B, NH, T]
-    // scratch. g: gelu(f) in forward, re-emitted g then dqkv in backward. df: the fc fold's dz.
-    // logits: LM head output, then dz in place. g, df and dy lie inside the logits' buffer:
-    // the logits live from the LM head GEMM (forward's end) to its dX GEMM (backward's start), when
-    // none of the three is in use (450 MiB less on 1.5B).
+    // scratch. g: gelu(f) in forward, re-emitted g then dqkv in backward. df: the fc fold's dz,
+    // then dy in its place. logits: an LM head chunk's output [lm_rows, Vp], then its dz in place.
+    // The logits and g, df, dy share one buffer of 8 M C: the logits live from an LM head GEMM to its
+    // dX GEMM (forward's end), when none of the others is in use.
     bf16 *g_buf, *df, *logits, *dres, *dy;
     float *lse, *losses, *target_logit;
     std::vector<float> host_losses;  // of the last forward
@@ -110,6 +137,8 @@ struct GPT2CodaGPU::Impl {
           B(B_),
           T(T_),
           M(B_ * T_),
+          lm_rows(lm_head_rows(M, c.padded_vocab(), (size_t)8 * M * c.n_embd, lm_head_min_rows(c.n_embd),
+                               opt.lm_head_chunks)),
           f_slots(opt.fc_slots(c.n_layer)),
           attention(opt.prefer_cudnn) {
         if (B < 1 || T < 1 || T > c.max_seq_len || M % 8 != 0)
@@ -153,19 +182,21 @@ struct GPT2CodaGPU::Impl {
         rstd_mid = mem.alloc<float>(L * M);
         att_lse = mem.alloc<float>(L * B * NH * T);
 
-        logits = mem.alloc<bf16>(std::max((size_t)M * Vp, 9 * MC));
+        logits = mem.alloc<bf16>(std::max((size_t)lm_rows * Vp, 8 * MC));
         g_buf = logits;
         df = logits + 4 * MC;
-        dy = logits + 8 * MC;
+        dy = df;  // df is read last by a layer's dW_fc GEMM (its step 4), dy written first by its dY GEMM (5)
         dres = mem.alloc<bf16>(MC);
         lse = mem.alloc<float>(M);
         losses = mem.alloc<float>(M);
         target_logit = mem.alloc<float>(M);
 
         stats_partials = mem.alloc<float>(M * tiles_c * Welford::kWords);
-        lse_partials = mem.alloc<float>(M * tiles_v * MaxSumExp::kWords);
-        m1_partials = mem.alloc<float>(M * tiles_v);
-        m2_partials = mem.alloc<float>(M * tiles_v);
+        lse_partials = mem.alloc<float>(lm_rows * tiles_v * MaxSumExp::kWords);
+        // the dz producers' row partials: a layer's folds (M rows, 4C columns at most) or an LM head chunk's
+        const size_t producer_partials = std::max((size_t)M * n_tiles(4 * (int)C, kMinTile), lm_rows * tiles_v);
+        m1_partials = mem.alloc<float>(producer_partials);
+        m2_partials = mem.alloc<float>(producer_partials);
         db_partials = mem.alloc<float>(tiles_m * 4 * C);
         m1_ = mem.alloc<float>(M);
         m2_ = mem.alloc<float>(M);
@@ -224,9 +255,12 @@ struct GPT2CodaGPU::Impl {
         gemm(program, prob, stream);
         return s;
     }
-    // A pass without a GEMM (acc = 0) over an M x N output.
+    // A pass without a GEMM (acc = 0) over a rows x N output.
     template <class P>
-    TileShape pass(const P& program, int N) { return run(program, GemmProblem{M, N, 0, {}, {}}); }
+    TileShape pass(const P& program, int N, int rows) { return run(program, GemmProblem{rows, N, 0, {}, {}}); }
+    template <class P>
+    TileShape pass(const P& program, int N) { return pass(program, N, M); }
+    RowRange all_rows() const { return {0, M}; }
 
     // Row statistics of the M x C residual stream whose Welford partials the last run left.
     void finalize_stats(const TileShape& s, float* mu_out, float* rstd_out) {
@@ -243,30 +277,63 @@ struct GPT2CodaGPU::Impl {
         if constexpr (kBias) pr.db = {db_partials};
         return pr;
     }
-    void finalize_producer(const TileShape& s, int N, float* bias_grad) {
-        coda_fold_gradient_finalize(m1_, m2_, bias_grad, m1_partials, m2_partials, db_partials, M, N, cfg.n_embd,
-                                    n_tiles(N, s.bn), n_tiles(M, s.bm), stream);
+    void finalize_producer(const TileShape& s, int N, float* bias_grad, RowRange rows) {
+        coda_fold_gradient_finalize(m1_ + rows.begin, m2_ + rows.begin, bias_grad, m1_partials, m2_partials,
+                                    db_partials, rows.count, N, cfg.n_embd, n_tiles(N, s.bn), n_tiles(rows.count, s.bm),
+                                    stream);
     }
+    void finalize_producer(const TileShape& s, int N, float* bias_grad) { finalize_producer(s, N, bias_grad, all_rows()); }
 
-    // The backward of a folded GEMM after its dz producer, dz [M, N] as the producer stored it:
+    // The backward of a folded GEMM after its dz producer, on the rows `rows` (all, but for the LM
+    // head's chunks); dz [rows, N] as the producer stored it, its first row the range's first:
     // the dX GEMM, A = dz, B = W^T (the unfolded weight; LnBackwardX): LayerNorm backward of x plus
     // the pass-through dres (null for LN_f) into dres, in place; the LayerNorm output written over
     // x (backward reads x no more), the operand of the fold's dW GEMM, which the caller runs next
     // on cuBLASLt; gamma, beta += their gradients from its column partials, and bias_grad, the bias
     // of the GEMM that produced x (null: the embedding did, which has no bias), += the column sums of dx.
+    // x, mu_in and rstd_in are the whole [M, ...] arrays.
     void ln_backward_x(const bf16* dz, int N, DeviceOperand w_t, bf16* x, const float* mu_in, const float* rstd_in,
                        const float* gamma, const float* beta, bool pass_through, float* bias_grad, float* dgamma,
-                       float* dbeta) {
+                       float* dbeta, RowRange rows) {
         const int C = cfg.n_embd;
+        const size_t r = rows.begin;
+        bf16* const x_rows = x + r * C;
+        bf16* const dres_rows = dres + r * C;
         LnBackwardX<bf16> pr;
-        pr.mu = {mu_in}, pr.rstd = {rstd_in}, pr.m1 = {m1_}, pr.m2 = {m2_};
+        pr.mu = {mu_in + r}, pr.rstd = {rstd_in + r}, pr.m1 = {m1_ + r}, pr.m2 = {m2_ + r};
         pr.gamma = {gamma}, pr.beta = {beta};
-        pr.x = {x, {C}}, pr.dres = {pass_through ? dres : nullptr, {C}};
-        pr.ln_out = {x, {C}}, pr.dx_out = {dres, {C}};
+        pr.x = {x_rows, {C}}, pr.dres = {pass_through ? dres_rows : nullptr, {C}};
+        pr.ln_out = {x_rows, {C}}, pr.dx_out = {dres_rows, {C}};
         pr.bias_grad = {bias_partials}, pr.dgamma = {dgamma_partials}, pr.dbeta = {dbeta_partials};
-        const TileShape s = run(pr, GemmProblem{M, C, N, matrix(dz, N), w_t});
+        const TileShape s = run(pr, GemmProblem{rows.count, C, N, matrix(dz, N), w_t});
         coda_ln_backward_finalize(bias_grad, dgamma, dbeta, bias_partials, dgamma_partials, dbeta_partials, C,
-                                  n_tiles(M, s.bm), stream);
+                                  n_tiles(rows.count, s.bm), stream);
+    }
+
+    // The LM head's backward on one row chunk, its dz made in place of the logits the forward just
+    // wrote: the cross-entropy pass, dz = (softmax - onehot) * grad_scale / (B T), plus the
+    // dz-producer partials of the LN_f fold; the dX GEMM, B = wte (W = wte^T): LN_f backward
+    // (nothing passes through) -> the rows of dres, LN_f's output over x_L, the LN_f gamma and beta
+    // gradients, and as its column sums of dres the last layer's fcproj bias gradient; the dW GEMM,
+    // A = LN_f(x)^T, B = dz (cuBLASLt): tied embeddings, so it adds into the wte gradient.
+    void lm_head_backward(RowRange rows) {
+        const int L = cfg.n_layer, C = cfg.n_embd, Vp = cfg.padded_vocab();
+        const size_t MC = (size_t)M * C;
+        bf16* const x_final = residual + L * MC;  // becomes LN_f's output
+        {
+            CrossEntropyGradient<bf16> pr;
+            pr.logits = {logits, {Vp}};
+            pr.lse = {lse + rows.begin};
+            pr.target = targets + rows.begin;
+            pr.vocab = cfg.vocab_size;
+            pr.scale = grad_scale / M;
+            pr.dz = {logits, {Vp}};
+            pr.fold = producer<false>(Fold{lm_c, lm_cb, lm_bf});
+            finalize_producer(pass(pr, Vp, rows.count), Vp, nullptr, rows);
+        }
+        ln_backward_x(logits, Vp, matrix(p.wte, C), x_final, mu + (size_t)L * M, rstd + (size_t)L * M, v32.lnf_w,
+                      v32.lnf_b, false, layer_params(g, L - 1, C).fcproj_b, g.lnf_w, g.lnf_b, rows);
+        matmul.backward_nt_weight(g.wte, x_final + (size_t)rows.begin * C, logits, rows.count, C, Vp, stream);
     }
 
     double forward(const int* in_host, const int* tgt_host, bool backward_next, float scale) {
@@ -326,22 +393,25 @@ struct GPT2CodaGPU::Impl {
                            rstd + (size_t)(l + 1) * M);
         }
 
-        // LM head GEMM with LN_f folded, A = x_L, B = W~e = (diag(gamma_f) wte^T, made now): logits, (max,
-        // sum-exp) partials and the target logit; a tiny reduce gives lse and the loss.
-        {
+        // LM head GEMM with LN_f folded, A = x_L, B = W~e = (diag(gamma_f) wte^T, made now), a chunk
+        // of lm_rows rows at a time: logits, (max, sum-exp) partials and the target logit; a tiny
+        // reduce gives lse and the loss; before a backward, the chunk's LM head backward.
+        grad_scale = scale;
+        const bf16* w_folded_lm = fold_weight(p.wte, true, v32.lnf_w, Vp);
+        for (int r = 0; r < M; r += lm_rows) {
+            const RowRange rows{r, std::min(lm_rows, M - r)};
             LmHeadForward<bf16> pr;
-            pr.ln = {{mu + (size_t)L * M}, {rstd + (size_t)L * M}, {lm_c}, {lm_bf}};
+            pr.ln = {{mu + (size_t)L * M + r}, {rstd + (size_t)L * M + r}, {lm_c}, {lm_bf}};
             pr.logits = {logits, {Vp}};
             pr.vocab = V;
             pr.lse_partials = {lse_partials};
-            pr.target_logit = {targets, target_logit};
-            const bf16* w_folded_lm = fold_weight(p.wte, true, v32.lnf_w, Vp);
-            const TileShape s =
-                run(pr, GemmProblem{M, Vp, C, matrix(residual + L * MC, C), transposed(w_folded_lm, C)});
-            coda_token_loss(lse, losses, lse_partials, target_logit, M, n_tiles(Vp, s.bn), stream);
+            pr.target_logit = {targets + r, target_logit + r};
+            const bf16* x_rows = residual + L * MC + (size_t)r * C;
+            const TileShape s = run(pr, GemmProblem{rows.count, Vp, C, matrix(x_rows, C), transposed(w_folded_lm, C)});
+            coda_token_loss(lse + r, losses + r, lse_partials, target_logit + r, rows.count, n_tiles(Vp, s.bn), stream);
+            if (backward_next) lm_head_backward(rows);
         }
         backward_ready = backward_next;
-        grad_scale = scale;
 
         // The embedding backward's token buckets are sorted on the host while the GPU runs the
         // forward queued above, instead of idling it at the start of the step (~1.3 ms on 16K tokens).
@@ -352,34 +422,11 @@ struct GPT2CodaGPU::Impl {
     void backward() {
         if (!backward_ready) throw Error("fused GPU model: backward() needs a forward(..., backward_next = true) first");
         backward_ready = false;
-        const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH, V = cfg.vocab_size;
-        const int Vp = cfg.padded_vocab(), C3 = 3 * C, C4 = 4 * C;
+        const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH;
+        const int C3 = 3 * C, C4 = 4 * C;
         const size_t MC = (size_t)M * C;
-        bf16* x_final = residual + L * MC;  // becomes LN_f's output
-        const float *mu_final = mu + (size_t)L * M, *rstd_final = rstd + (size_t)L * M;
-        const Fold lm{lm_c, lm_cb, lm_bf};
-
-        // Cross-entropy pass: dz = (softmax - onehot) * grad_scale / (B T) from the logits, written in
-        // place, plus the dz-producer partials of the LN_f fold.
-        {
-            CrossEntropyGradient<bf16> pr;
-            pr.logits = {logits, {Vp}};
-            pr.lse = {lse};
-            pr.target = targets;
-            pr.vocab = V;
-            pr.scale = grad_scale / M;
-            pr.dz = {logits, {Vp}};
-            pr.fold = producer<false>(lm);
-            finalize_producer(pass(pr, Vp), Vp, nullptr);
-        }
-        // LM head dX GEMM, B = wte (W = wte^T): LN_f backward (nothing passes through) -> dres, LN_f's
-        // output over x_L, the LN_f gamma and beta gradients; its column sums of dres are the last
-        // layer's fcproj bias gradient.
-        ln_backward_x(logits, Vp, matrix(p.wte, C), x_final, mu_final, rstd_final, v32.lnf_w, v32.lnf_b, false,
-                      layer_params(g, L - 1, C).fcproj_b, g.lnf_w, g.lnf_b);
-        // LM head dW GEMM, A = LN_f(x)^T, B = dz (cuBLASLt): tied embeddings, so it adds into the wte gradient.
-        matmul.backward_nt_weight(g.wte, x_final, logits, M, C, Vp, stream);
-
+        // The LM head's backward ran in forward, a chunk at a time (lm_head_backward): dres is the
+        // gradient of x_L, and the wte, LN_f and last fcproj bias gradients have their LM head parts.
         for (int l = L - 1; l >= 0; l--) {
             const LayerParams<bf16> w = layer_params(p, l, C);
             const LayerParams<float> wv = layer_params(v32, l, C), lg = layer_params(g, l, C);
@@ -411,7 +458,7 @@ struct GPT2CodaGPU::Impl {
             // 3. dX GEMM, A = df, B = Wfc^T: LN2 backward + dres pass-through -> dres' (in place),
             //    LN2's output over x'; column partials -> proj bias, gamma2 and beta2 gradients
             ln_backward_x(df, C4, transposed(w.fc_w, C4), x_mid_l, mu_mid_l, rstd_mid_l, wv.ln2_w, wv.ln2_b, true,
-                          lg.proj_b, lg.ln2_w, lg.ln2_b);
+                          lg.proj_b, lg.ln2_w, lg.ln2_b, all_rows());
             // 4. dW_fc GEMM, A = LN2(x')^T, B = df (cuBLASLt)
             matmul.backward_weight(lg.fc_w, x_mid_l, df, M, C, C4, stream);
             // 5. dY GEMM, A = dres', B = Wo^T -> dy (cuBLASLt)
@@ -433,7 +480,7 @@ struct GPT2CodaGPU::Impl {
             //    layer below (in place), LN1's output over x; column partials -> gamma1 and beta1
             //    gradients and that layer's fcproj bias gradient
             ln_backward_x(dqkv, C3, transposed(w.qkv_w, C3), x, mu_l, rstd_l, wv.ln1_w, wv.ln1_b, true,
-                          l > 0 ? layer_params(g, l - 1, C).fcproj_b : nullptr, lg.ln1_w, lg.ln1_b);
+                          l > 0 ? layer_params(g, l - 1, C).fcproj_b : nullptr, lg.ln1_w, lg.ln1_b, all_rows());
             // 10. dW_qkv GEMM, A = LN1(x)^T, B = dqkv (cuBLASLt)
             matmul.backward_weight(lg.qkv_w, x, dqkv, M, C, C3, stream);
             // Layer l's gradients are complete: its fcproj bias gradient came from step 9 of layer
@@ -483,6 +530,8 @@ StepPhases GPT2CodaGPU::phases() const { return impl_->state->phases(); }
 const std::vector<float>& GPT2CodaGPU::token_losses() const { return impl_->host_losses; }
 
 std::vector<float> GPT2CodaGPU::logits() const {
+    if (impl_->lm_rows < impl_->M)
+        throw Error("fused GPU model: logits() needs the LM head in one chunk (GPUModelOptions::lm_head_chunks = 1)");
     return download_bf16(impl_->logits, (size_t)impl_->M * impl_->cfg.padded_vocab(), impl_->stream);
 }
 

@@ -11,6 +11,13 @@
 // fold (kernels/coda_kernels.cuh). No LayerNorm, GELU, residual-add or bias kernel. Kept for
 // backward per layer and token: x, qkv, y, x', f (bf16; f not with --recompute mlp), the row
 // statistics of x and x' and attention's lse (fp32); post-GELU g is recomputed.
+//
+// The LM head runs over row chunks (GPUModelOptions::lm_head_chunks; by default as few as keep a
+// chunk's logits within the backward's scratch of 8 M C bf16, but no chunk so small that its dX
+// GEMM runs in under three waves): no buffer holds all M x Vp logits (on 1.5B at B = 16, T = 1024
+// four chunks, 1,172 MiB less; on 350M three, 1,048 MiB less). Before a backward, each chunk's LM
+// head backward (cross-entropy, LN_f backward, the wte gradient) runs in forward right after its
+// logits, so backward() begins with the last layer.
 #pragma once
 #include <memory>
 #include <vector>
@@ -51,7 +58,8 @@ public:
     void time_phases();
     StepPhases phases() const;
 
-    std::vector<float> logits() const;  // [B*T, Vp] of the last forward, until backward() replaces them
+    // [B*T, Vp] of the last forward without a backward next; with the LM head in one chunk only.
+    std::vector<float> logits() const;
     const std::vector<float>& token_losses() const;  // [B*T] of the last forward
     const char* attention_backend() const;
     size_t num_params() const { return num_params_; }

@@ -230,6 +230,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             throw Error("--recompute-layers must be between 1 and n_layer " + std::to_string(mc.n_layer) + ", got " +
                         std::to_string(opt.recompute_layers));
     }
+    if (opt.lm_head_chunks != 0 && !use_gpu(opt.device))
+        throw Error("--lm-head-chunks applies to the fused GPU path (--fusion coda), not the CPU reference");
     const int B = cfg.batch_size, T = cfg.seq_len;
     if (opt.stop_after < 0) throw Error("--stop-after must be >= 0, got " + std::to_string(opt.stop_after));
     if (!opt.init_from.empty() && !opt.resume.empty())
@@ -332,7 +334,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // ---- model and optimizer on the chosen device (weights, moments and step from the checkpoint;
     // weights only from --init-from)
     std::unique_ptr<TrainBackend> model =
-        make_backend(cfg, opt.device, opt.fusion, GPUBackendOptions{recompute, opt.recompute_layers}, dp);
+        make_backend(cfg, opt.device, opt.fusion, GPUBackendOptions{recompute, opt.recompute_layers, opt.lm_head_chunks},
+                     dp);
     if (opt.wrap_backend) model = opt.wrap_backend(std::move(model));
     if (opt.phase_times) model->time_phases();
     if (resume) {

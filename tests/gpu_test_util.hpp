@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "master_weights.cuh"
 #include "rng.hpp"
 
 namespace codagpt::test {
@@ -60,6 +61,30 @@ inline std::vector<float> to_float(const std::vector<bf16>& v) {
     std::vector<float> o(v.size());
     for (size_t i = 0; i < v.size(); i++) o[i] = __bfloat162float(v[i]);
     return o;
+}
+
+// fp32 master weights as the trainer keeps them (master_weights.cuh): the bf16 weights and the
+// low halves, and back.
+inline std::vector<bf16> master_his(const std::vector<float>& w) {
+    std::vector<uint16_t> hi(w.size());
+    for (size_t i = 0; i < w.size(); i++) hi[i] = master_hi(w[i]);
+    std::vector<bf16> o(w.size());
+    std::memcpy(static_cast<void*>(o.data()), hi.data(), hi.size() * 2);
+    return o;
+}
+inline std::vector<uint16_t> master_los(const std::vector<float>& w) {
+    std::vector<uint16_t> lo(w.size());
+    for (size_t i = 0; i < w.size(); i++) lo[i] = master_lo(w[i]);
+    return lo;
+}
+inline std::vector<float> master_joined(const std::vector<bf16>& hi, const std::vector<uint16_t>& lo) {
+    std::vector<float> w(lo.size());
+    for (size_t i = 0; i < lo.size(); i++) {
+        uint16_t h;
+        std::memcpy(&h, &hi[i], 2);
+        w[i] = master_join(h, lo[i]);
+    }
+    return w;
 }
 
 // ||out - ref|| / ||ref||; NaN anywhere gives +inf so that it never passes.

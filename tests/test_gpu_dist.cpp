@@ -146,8 +146,9 @@ TEST(ZeroOnOneGPU, ShardedStepEqualsUnshardedForSeveralRankCounts) {
     const double lr = 1e-3;
     const ZeroPlan one = make_zero_plan(layout, 1);
     const size_t n = one.n;
-    const std::vector<float> master = random_bf16_values(n, 11, 0.05f), grads = random_bf16_values(n, 12, 0.5f),
-                             m = random_bf16_values(n, 13, 0.01f);
+    std::vector<float> master = random_bf16_values(n, 11, 0.05f);
+    for (size_t i = 0; i < n; i++) master[i] *= 1.0f + 1e-3f * float(i % 97);  // fp32 masters: low halves not 0
+    const std::vector<float> grads = random_bf16_values(n, 12, 0.5f), m = random_bf16_values(n, 13, 0.01f);
     std::vector<float> v = random_bf16_values(n, 14, 1e-3f);
     for (float& x : v) x = x * x;
 
@@ -156,18 +157,21 @@ TEST(ZeroOnOneGPU, ShardedStepEqualsUnshardedForSeveralRankCounts) {
     std::vector<float> g_padded(grads);
     g_padded.resize(one.padded_total, 0.0f);
     g.upload(g_padded);
-    DeviceBuffer<float> ref_master(n), ref_m(n), ref_v(n);
+    DeviceBuffer<float> ref_m(n), ref_v(n);
     DeviceBuffer<bf16> ref_params(n);
-    ref_master.upload(master);
+    DeviceBuffer<uint16_t> ref_lo(n);
+    ref_params.upload(master_his(master));
+    ref_lo.upload(master_los(master));
     ref_m.upload(m);
     ref_v.upload(v);
-    const OptimizerBuffers ref{&one.shards[0], ref_master, ref_params, g, ref_m, ref_v, scalars, scratch};
+    const OptimizerBuffers ref{&one.shards[0], ref_params, ref_lo, g, ref_m, ref_v, scalars, scratch};
     device_shard_norm_squared(ref, scalars, 0);
     float norm_sq = 0;
     CUDA_CHECK(cudaMemcpy(&norm_sq, scalars, sizeof(float), cudaMemcpyDeviceToHost));
     device_adamw_step(ref, t, lr, c, 0);
-    const std::vector<float> want_master = ref_master.download(), want_m = ref_m.download(), want_v = ref_v.download();
-    const std::vector<float> want_params = to_float(ref_params.download());
+    const std::vector<bf16> want_hi = ref_params.download();
+    const std::vector<float> want_master = master_joined(want_hi, ref_lo.download()), want_m = ref_m.download(),
+                             want_v = ref_v.download(), want_params = to_float(want_hi);
 
     bool padded = false;  // some rank count below pads (checked at the end): the padding check can fail
     for (int R : {2, 3, 5}) {
@@ -179,30 +183,36 @@ TEST(ZeroOnOneGPU, ShardedStepEqualsUnshardedForSeveralRankCounts) {
         gp.resize(P, 0.0f);
         DeviceBuffer<float> grad(P);
         grad.upload(gp);
-        DeviceBuffer<bf16> params(P);
+        DeviceBuffer<bf16> params(P);  // every rank's full copy of the bf16 halves, zero past n
         CUDA_CHECK(cudaMemset(params, 0, P * sizeof(bf16)));
+        params.upload(master_his(master));
         const std::vector<ZeroShardState> shards = shard_zero_state(plan, master, m, v, t - 1);
-        std::vector<float> got_master(n), got_m(n), got_v(n);
+        std::vector<uint16_t> got_lo(n);
+        std::vector<float> got_m(n), got_v(n);
         for (int r = 0; r < R; r++) {
-            DeviceBuffer<float> mr(S), m1(S), v1(S);
-            mr.upload(shards[r].master);
+            DeviceBuffer<float> m1(S), v1(S);
+            DeviceBuffer<uint16_t> lo(S);
+            lo.upload(master_los(shards[r].master));
             m1.upload(shards[r].m);
             v1.upload(shards[r].v);
-            const OptimizerBuffers b{&plan.shards[r], mr, params, grad, m1, v1, scalars, scratch};
+            const OptimizerBuffers b{&plan.shards[r], params, lo, grad, m1, v1, scalars, scratch};
             device_shard_norm_squared(b, partials + r, 0);
             CUDA_CHECK(cudaMemcpy(scalars, &norm_sq, sizeof(float), cudaMemcpyHostToDevice));
             device_adamw_step(b, t, lr, c, 0);
             const RankShard& s = plan.shards[r];
-            const std::vector<float> hm = mr.download(), h1 = m1.download(), h2 = v1.download();
-            for (size_t i = s.end - s.begin; i < S; i++) ASSERT_TRUE(hm[i] == 0 && h1[i] == 0 && h2[i] == 0) << i;
-            std::copy_n(hm.begin(), s.end - s.begin, got_master.begin() + s.begin);
+            const std::vector<uint16_t> hl = lo.download();
+            const std::vector<float> h1 = m1.download(), h2 = v1.download();
+            for (size_t i = s.end - s.begin; i < S; i++) ASSERT_TRUE(hl[i] == 0 && h1[i] == 0 && h2[i] == 0) << i;
+            std::copy_n(hl.begin(), s.end - s.begin, got_lo.begin() + s.begin);
             std::copy_n(h1.begin(), s.end - s.begin, got_m.begin() + s.begin);
             std::copy_n(h2.begin(), s.end - s.begin, got_v.begin() + s.begin);
         }
-        EXPECT_TRUE(same_bits(got_master, want_master));
+        const std::vector<bf16> got_hi = params.download();
+        std::vector<bf16> got_hi_n(got_hi.begin(), got_hi.begin() + n);
+        EXPECT_TRUE(same_bits(master_joined(got_hi_n, got_lo), want_master));
         EXPECT_TRUE(same_bits(got_m, want_m));
         EXPECT_TRUE(same_bits(got_v, want_v));
-        const std::vector<float> got_params = to_float(params.download());
+        const std::vector<float> got_params = to_float(got_hi);
         EXPECT_TRUE(same_bits(std::vector<float>(got_params.begin(), got_params.begin() + n), want_params));
         for (size_t i = n; i < P; i++) ASSERT_EQ(got_params[i], 0.0f) << "padding " << i;
 

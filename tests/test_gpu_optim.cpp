@@ -208,13 +208,32 @@ std::vector<float> random_grads(size_t n, uint64_t seed) {
     return g;
 }
 
+// The master weights are params (bf16) and lo (their low halves): master_weights.cuh.
 struct GpuAdamW {
-    DeviceBuffer<float> master, grads, m, v, scratch, norm2, norm, scale;
+    DeviceBuffer<float> grads, m, v, scratch, norm2, norm, scale;
     DeviceBuffer<bf16> params;
+    DeviceBuffer<uint16_t> lo;
     explicit GpuAdamW(size_t n)
-        : master(n), grads(n), m(n), v(n), scratch(global_norm_scratch_floats()), norm2(1), norm(1), scale(1),
-          params(n) {}
+        : grads(n), m(n), v(n), scratch(global_norm_scratch_floats()), norm2(1), norm(1), scale(1), params(n), lo(n) {}
+    void upload_master(const std::vector<float>& w) {
+        params.upload(master_his(w));
+        lo.upload(master_los(w));
+    }
+    std::vector<float> master() const { return master_joined(params.download(), lo.download()); }
 };
+
+// The bf16 weight the trainer keeps for the fp32 master x, by an independent route: the nearer
+// of the two bf16 values around x, ties away from zero (x finite and below the bf16 range's end).
+float rounded_ties_away(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const uint32_t t = u & 0xffff0000u;
+    float below, above;
+    const uint32_t up = t + 0x10000u;
+    std::memcpy(&below, &t, 4);
+    std::memcpy(&above, &up, 4);
+    return std::fabs((double)above - x) <= std::fabs((double)x - below) ? above : below;
+}
 
 }  // namespace
 
@@ -335,10 +354,9 @@ TEST(AdamW, MatchesCpuReferenceOverSteps) {
 
     GpuAdamW runs[2] = {GpuAdamW(n), GpuAdamW(n)};
     for (GpuAdamW& g : runs) {
-        g.master.upload(p0);
+        g.upload_master(p0);
         CUDA_CHECK(cudaMemset(g.m.ptr, 0, n * 4));  // the optimizer state starts at zero, as on the CPU
         CUDA_CHECK(cudaMemset(g.v.ptr, 0, n * 4));
-        g.params.poison();
     }
     for (int t = 1; t <= 3; t++) {
         SCOPED_TRACE("step " + std::to_string(t));
@@ -351,9 +369,9 @@ TEST(AdamW, MatchesCpuReferenceOverSteps) {
             global_norm_squared(g.norm2, g.scratch, g.grads, n, nullptr);
             clip_scale(g.scale, g.norm, g.norm2, (float)c.grad_clip, nullptr);
             AdamWArgs a{(float)lrs[t - 1], (float)c.beta1, (float)c.beta2, (float)c.adam_eps, (float)c.weight_decay, t};
-            adamw_update(g.master, g.params, g.grads, g.m, g.v, n1, a, g.scale, nullptr);
+            adamw_update(g.params, g.lo, g.grads, g.m, g.v, n1, a, g.scale, nullptr);
             a.weight_decay = 0.0f;
-            adamw_update(g.master.ptr + n1, g.params.ptr + n1, g.grads.ptr + n1, g.m.ptr + n1, g.v.ptr + n1, n2, a,
+            adamw_update(g.params.ptr + n1, g.lo.ptr + n1, g.grads.ptr + n1, g.m.ptr + n1, g.v.ptr + n1, n2, a,
                          g.scale, nullptr);
         }
         CUDA_CHECK(cudaDeviceSynchronize());
@@ -363,18 +381,16 @@ TEST(AdamW, MatchesCpuReferenceOverSteps) {
         const GpuAdamW& g = runs[0];
         const float norm = g.norm.download()[0], scale = g.scale.download()[0];
         const float scale_ref = c.grad_clip > 0 && norm_ref > c.grad_clip ? (float)(c.grad_clip / norm_ref) : 1.0f;
-        const std::vector<float> master = g.master.download(), m = g.m.download(), v = g.v.download();
-        const std::vector<bf16> params = g.params.download();
+        const std::vector<float> master = g.master(), m = g.m.download(), v = g.v.download();
+        const std::vector<float> params = to_float(g.params.download());
         std::vector<float> step_gpu(n), step_cpu(n);
         for (size_t i = 0; i < n; i++) {
             step_gpu[i] = master[i] - p0[i];
             step_cpu[i] = p_cpu[i] - p0[i];
         }
         long params_mismatch = 0;
-        for (size_t i = 0; i < n; i++) {
-            const bf16 want = __float2bfloat16(master[i]);
-            if (std::memcmp(&want, &params[i], 2) != 0) params_mismatch++;
-        }
+        for (size_t i = 0; i < n; i++)
+            if (params[i] != rounded_ties_away(master[i])) params_mismatch++;
         const double e_norm = std::fabs(norm - norm_ref) / norm_ref, e_scale = std::fabs(scale - scale_ref) / scale_ref;
         const double e_m = rel_error(m, cpu.m), e_v = rel_error(v, cpu.v);
         const double e_p = rel_error(master, p_cpu), e_step = rel_error(step_gpu, step_cpu);
@@ -392,7 +408,7 @@ TEST(AdamW, MatchesCpuReferenceOverSteps) {
         EXPECT_EQ(params_mismatch, 0) << "params are not the round-to-nearest copy of master";
     }
     // Determinism: both runs went through the same steps.
-    EXPECT_TRUE(same_bytes(runs[0].master.download(), runs[1].master.download()));
+    EXPECT_TRUE(same_bytes(runs[0].lo.download(), runs[1].lo.download()));
     EXPECT_TRUE(same_bytes(runs[0].m.download(), runs[1].m.download()));
     EXPECT_TRUE(same_bytes(runs[0].v.download(), runs[1].v.download()));
     EXPECT_TRUE(same_bytes(runs[0].params.download(), runs[1].params.download()));
@@ -410,27 +426,31 @@ TEST(AdamW, MisalignedBuffersMatchCpu) {
     cpu.step(p_cpu.data(), grads.data(), 1e-2, 1.0, c);
 
     GpuAdamW g(n + 1);
-    CUDA_CHECK(cudaMemcpy(g.master.ptr + 1, p0.data(), n * 4, cudaMemcpyHostToDevice));  // master shifted by 4 bytes
+    const std::vector<uint16_t> lo0 = master_los(p0);
+    g.params.upload(master_his(p0));
+    CUDA_CHECK(cudaMemcpy(g.lo.ptr + 1, lo0.data(), n * 2, cudaMemcpyHostToDevice));  // low halves shifted by 2 bytes
     g.grads.upload(grads);
     CUDA_CHECK(cudaMemset(g.m.ptr, 0, (n + 1) * 4));
     CUDA_CHECK(cudaMemset(g.v.ptr, 0, (n + 1) * 4));
-    g.params.poison();
     g.scale.upload({1.0f});
     const AdamWArgs a{1e-2f, (float)c.beta1, (float)c.beta2, (float)c.adam_eps, (float)c.weight_decay, 1};
-    adamw_update(g.master.ptr + 1, g.params, g.grads, g.m, g.v, n, a, g.scale, nullptr);
-    std::vector<float> master = g.master.download(), m = g.m.download();
-    master.erase(master.begin());
+    adamw_update(g.params, g.lo.ptr + 1, g.grads, g.m, g.v, n, a, g.scale, nullptr);
+    std::vector<uint16_t> lo = g.lo.download();
+    lo.erase(lo.begin());
+    std::vector<bf16> params = g.params.download();
+    params.resize(n);
+    const std::vector<float> master = master_joined(params, lo);
+    std::vector<float> m = g.m.download();
     m.resize(n);
-    const std::vector<bf16> params = g.params.download();
     EXPECT_LE(rel_error(master, p_cpu), 1e-6);
     EXPECT_LE(rel_error(m, cpu.m), 1e-6);
-    for (size_t i = 0; i < n; i++) EXPECT_EQ(__bfloat162float(params[i]), bf16_round(master[i])) << i;
-    EXPECT_THROW(adamw_update(g.master, g.params, g.grads, g.m, g.v, n, AdamWArgs{1e-2f, 0.9f, 0.95f, 1e-8f, 0.f, 0},
+    for (size_t i = 0; i < n; i++) EXPECT_EQ(__bfloat162float(params[i]), rounded_ties_away(master[i])) << i;
+    EXPECT_THROW(adamw_update(g.params, g.lo, g.grads, g.m, g.v, n, AdamWArgs{1e-2f, 0.9f, 0.95f, 1e-8f, 0.f, 0},
                               g.scale, nullptr),
                  Error);
 }
 
-// 350M parameters: master, m, v read and written, grads read, params written = 30 bytes each.
+// 350M parameters: the master's two halves, m and v read and written, grads read = 28 bytes each.
 TEST(AdamW, Bandwidth) {
     REQUIRE_GPU();
     const size_t n = 350000000, chunk = 1 << 20;
@@ -443,18 +463,19 @@ TEST(AdamW, Bandwidth) {
         src.upload(h);
         fill_tiled(dst.ptr, n, src.ptr, chunk);
     };
-    fill(g.master, 31, 0.02f, false);
+
     fill(g.grads, 32, 1e-3f, false);
     fill(g.m, 33, 1e-4f, false);
     fill(g.v, 34, 1e-6f, true);
-    g.params.poison();
+    CUDA_CHECK(cudaMemset(g.params.ptr, 0x3c, n * 2));  // weights near 0.0115
+    CUDA_CHECK(cudaMemset(g.lo.ptr, 0x5a, n * 2));
     g.scale.upload({0.5f});
     const AdamWArgs a{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10};
-    const float adamw = median_ms(5, [] {}, [&] { adamw_update(g.master, g.params, g.grads, g.m, g.v, n, a, g.scale, nullptr); });
+    const float adamw = median_ms(5, [] {}, [&] { adamw_update(g.params, g.lo, g.grads, g.m, g.v, n, a, g.scale, nullptr); });
     const float norm = median_ms(5, [] {}, [&] { global_norm_squared(g.norm2, g.scratch, g.grads, n, nullptr); });
     printf("[adamw bandwidth n=%zu] adamw_update %.3f ms, %.0f GB/s = %.0f%% of copy; global_norm_squared (read 4 B) "
            "%.3f ms, %.0f GB/s = %.0f%%\n",
-           n, adamw, 30.0 * n / adamw / 1e6, 100 * 30.0 * n / adamw / 1e-3 / kCopyBandwidth, norm, 4.0 * n / norm / 1e6,
+           n, adamw, 28.0 * n / adamw / 1e6, 100 * 28.0 * n / adamw / 1e-3 / kCopyBandwidth, norm, 4.0 * n / norm / 1e6,
            100 * 4.0 * n / norm / 1e-3 / kCopyBandwidth);
     std::vector<bf16> head(1000);
     CUDA_CHECK(cudaMemcpy(head.data(), g.params.ptr + n - 1000, 2000, cudaMemcpyDeviceToHost));

@@ -3,9 +3,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
+#include "master_weights.cuh"
 #include "model_cpu.hpp"
 #include "optim_cpu.hpp"
 #include "rng.hpp"
@@ -90,6 +93,56 @@ static TrainConfig schedule_config(const std::string& schedule) {
     c.steps = 111;
     c.lr_schedule = schedule;
     return c;
+}
+
+// The master weights' two halves (master_weights.cuh), on the host: the pair is the fp32 weight
+// bit for bit, and the bf16 half is the weight rounded to nearest with ties away from zero, checked
+// against the two bf16 neighbours picked by distance in double.
+namespace {
+float from_bits(uint32_t u) {
+    float x;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+uint32_t to_bits(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u;
+}
+}  // namespace
+
+TEST(MasterWeights, HalvesJoinToTheSameBitsAndRoundToNearestTiesAway) {
+    std::vector<uint32_t> cases = {0x00000000u, 0x80000000u, 0x3f800000u, 0x3f808000u /* tie, even below */,
+                                   0x3f818000u /* tie, odd below */, 0xbf808000u, 0x3f7fffffu, 0x3f7f8000u,
+                                   0x3f80ffffu, 0x00008000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu /* rounds to inf */,
+                                   0x7f800000u, 0xff800000u, 0x477fe000u, 0x4effffffu};
+    Rng rng(5);
+    for (int i = 0; i < 200000; i++) cases.push_back((uint32_t)rng.next_u64());                // any bits
+    for (int i = 0; i < 200000; i++) cases.push_back(to_bits(float(0.02 * rng.normal())));  // weights
+    for (int i = 0; i < 20000; i++) cases.push_back((to_bits(float(rng.normal())) & 0xffff0000u) | 0x8000u);  // ties
+    long ties_up = 0, ties_down = 0;
+    for (uint32_t u : cases) {
+        const float x = from_bits(u);
+        const uint16_t hi = master_hi(x), lo = master_lo(x);
+        const float w = from_bits((uint32_t)hi << 16), back = master_join(hi, lo);
+        if (std::isnan(x)) {
+            EXPECT_TRUE(std::isnan(w) && std::isnan(back)) << std::hex << u;
+            continue;
+        }
+        ASSERT_EQ(to_bits(back), u) << std::hex << u;
+        // The bf16 values on either side of x: its truncation and the next one away from zero.
+        const float below = from_bits(u & 0xffff0000u), above = from_bits((u & 0xffff0000u) + 0x10000u);
+        const double above_d = std::isinf(above) && !std::isinf(x) ? std::copysign(std::ldexp(1.0, 128), x) : above;
+        const double d_below = std::fabs((double)x - below), d_above = std::fabs(above_d - x);
+        const float want = (u & 0xffffu) == 0 ? x : d_above <= d_below ? above : below;
+        ASSERT_EQ(to_bits(w), to_bits(want)) << std::hex << u;
+        if ((u & 0xffffu) == 0x8000u) (to_bits(w) == to_bits(above) ? ties_up : ties_down)++;
+    }
+    EXPECT_GT(ties_up, 20000);  // every tie went away from zero
+    EXPECT_EQ(ties_down, 0);
+    const float nan = from_bits(0x7f800001u);  // a NaN whose payload lies in the low half only
+    EXPECT_TRUE(std::isnan(from_bits((uint32_t)master_hi(nan) << 16)));
+    EXPECT_TRUE(std::isnan(master_join(master_hi(nan), master_lo(nan))));
 }
 
 TEST(Schedule, WarmupThenCosineToMinimum) {
