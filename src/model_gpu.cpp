@@ -75,7 +75,7 @@ struct GPT2GPU::Impl {
         for (const ParamInfo& t : param_layout(c)) n_params += t.size;
         const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab();
         const size_t BT = (size_t)B * T, BTC = BT * C;
-        // Bytes of the allocations below: per parameter (bf16 weights, fp32 master, gradients, m, v)
+        // Bytes of the allocations below: per parameter (bf16 weights, the masters' low halves, gradients, m, v)
         // and per token (the sizes below with BT = 1), for the out-of-memory message.
         size_t free_at_start = 0, total = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_at_start, &total));
