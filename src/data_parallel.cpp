@@ -116,7 +116,7 @@ public:
     }
 
     // Rank 0 receives the chunks one at a time into a scratch chunk (allocated here: checkpoints
-    // are rare, and a persistent one would cost S floats of every step's memory).
+    // are rare, and a persistent one would cost a shard's bytes of every step's memory).
     void gather_to_root(void* full, const void* shard_buf, size_t elem_bytes, cudaStream_t stream) override {
         const size_t bytes = plan_.shard_size * elem_bytes;
         CUDA_CHECK(cudaStreamSynchronize(stream));
