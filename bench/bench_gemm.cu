@@ -696,13 +696,13 @@ struct Bench : Options {
         });
         ladder("fc dX", [&](Buffers& b, const GemmProblem& p, auto&& rung) {
             const LnBackwardX<bf16> l = ln_backward_x(b, p, ts);
-            auto rungs_of = [&](auto d, auto ln) {
+            auto rung_of = [&](auto d, auto ln) {  // LnDx<d, ln> on this ladder's buffers
                 return LnDx<decltype(d)::value, decltype(ln)::value>{{}, {}, l.mu, l.rstd, l.m1, l.m2, l.gamma, l.beta,
                                                                        l.x, l.dres, l.ln_out, l.dx_out};
             };
-            rung("dx = LN backward, x loaded", rungs_of(std::false_type{}, std::false_type{}));
-            rung("+ dres loaded", rungs_of(std::true_type{}, std::false_type{}));
-            rung("+ LN(x) stored", rungs_of(std::true_type{}, std::true_type{}));
+            rung("dx = LN backward, x loaded", rung_of(std::false_type{}, std::false_type{}));
+            rung("+ dres loaded", rung_of(std::true_type{}, std::false_type{}));
+            rung("+ LN(x) stored", rung_of(std::true_type{}, std::true_type{}));
             rung("+ column partials (LnBackwardX)", l);
         });
     }

@@ -24,6 +24,7 @@
 
 namespace codagpt {
 
+// The float's bit pattern and back.
 MASTER_HD inline uint32_t master_bits(float x) {
 #ifdef __CUDA_ARCH__
     return __float_as_uint(x);
@@ -31,6 +32,15 @@ MASTER_HD inline uint32_t master_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
     return u;
+#endif
+}
+MASTER_HD inline float master_float(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
 #endif
 }
 
@@ -49,14 +59,7 @@ MASTER_HD inline uint16_t master_lo(float x) {
 
 // The fp32 master weight from its halves.
 MASTER_HD inline float master_join(uint16_t hi, uint16_t lo) {
-    const uint32_t u = ((uint32_t)(uint16_t)(hi - (lo >= 0x8000u ? 1 : 0)) << 16) | lo;
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-#endif
+    return master_float(((uint32_t)(uint16_t)(hi - (lo >= 0x8000u ? 1 : 0)) << 16) | lo);
 }
 
 }  // namespace codagpt

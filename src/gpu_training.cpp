@@ -114,6 +114,7 @@ void TrainableParams::set_params(const std::vector<float>& params) {
     const RankShard& s = plan_.shards[rank_];
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::vector<uint16_t> lo(s.end - s.begin);
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < lo.size(); i++) lo[i] = master_lo(params[s.begin + i]);
     CUDA_CHECK(cudaMemcpy(master_lo_, lo.data(), lo.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
     upload_bf16(params_, params);

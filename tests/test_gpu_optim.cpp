@@ -15,6 +15,7 @@
 #include "classifier.cuh"
 #include "gpu_test_util.hpp"
 #include "optim_cpu.hpp"
+#include "test_util.hpp"
 
 using namespace codagpt;
 using namespace codagpt::test;
@@ -222,19 +223,6 @@ struct GpuAdamW {
     std::vector<float> master() const { return master_joined(params.download(), lo.download()); }
 };
 
-// The bf16 weight the trainer keeps for the fp32 master x, by an independent route: the nearer
-// of the two bf16 values around x, ties away from zero (x finite and below the bf16 range's end).
-float rounded_ties_away(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    const uint32_t t = u & 0xffff0000u;
-    float below, above;
-    const uint32_t up = t + 0x10000u;
-    std::memcpy(&below, &t, 4);
-    std::memcpy(&above, &up, 4);
-    return std::fabs((double)above - x) <= std::fabs((double)x - below) ? above : below;
-}
-
 }  // namespace
 
 TEST(FusedClassifier, MatchesDoubleReferenceGpt2Vocab) {
@@ -390,7 +378,7 @@ TEST(AdamW, MatchesCpuReferenceOverSteps) {
         }
         long params_mismatch = 0;
         for (size_t i = 0; i < n; i++)
-            if (params[i] != rounded_ties_away(master[i])) params_mismatch++;
+            if (params[i] != nearest_bf16_ties_away(master[i])) params_mismatch++;
         const double e_norm = std::fabs(norm - norm_ref) / norm_ref, e_scale = std::fabs(scale - scale_ref) / scale_ref;
         const double e_m = rel_error(m, cpu.m), e_v = rel_error(v, cpu.v);
         const double e_p = rel_error(master, p_cpu), e_step = rel_error(step_gpu, step_cpu);
@@ -444,7 +432,7 @@ TEST(AdamW, MisalignedBuffersMatchCpu) {
     m.resize(n);
     EXPECT_LE(rel_error(master, p_cpu), 1e-6);
     EXPECT_LE(rel_error(m, cpu.m), 1e-6);
-    for (size_t i = 0; i < n; i++) EXPECT_EQ(__bfloat162float(params[i]), rounded_ties_away(master[i])) << i;
+    for (size_t i = 0; i < n; i++) EXPECT_EQ(__bfloat162float(params[i]), nearest_bf16_ties_away(master[i])) << i;
     EXPECT_THROW(adamw_update(g.params, g.lo, g.grads, g.m, g.v, n, AdamWArgs{1e-2f, 0.9f, 0.95f, 1e-8f, 0.f, 0},
                               g.scale, nullptr),
                  Error);
@@ -463,7 +451,6 @@ TEST(AdamW, Bandwidth) {
         src.upload(h);
         fill_tiled(dst.ptr, n, src.ptr, chunk);
     };
-
     fill(g.grads, 32, 1e-3f, false);
     fill(g.m, 33, 1e-4f, false);
     fill(g.v, 34, 1e-6f, true);

@@ -12,6 +12,7 @@
 #include "model_cpu.hpp"
 #include "optim_cpu.hpp"
 #include "rng.hpp"
+#include "test_util.hpp"
 
 using namespace codagpt;
 
@@ -130,13 +131,8 @@ TEST(MasterWeights, HalvesJoinToTheSameBitsAndRoundToNearestTiesAway) {
             continue;
         }
         ASSERT_EQ(to_bits(back), u) << std::hex << u;
-        // The bf16 values on either side of x: its truncation and the next one away from zero.
-        const float below = from_bits(u & 0xffff0000u), above = from_bits((u & 0xffff0000u) + 0x10000u);
-        const double above_d = std::isinf(above) && !std::isinf(x) ? std::copysign(std::ldexp(1.0, 128), x) : above;
-        const double d_below = std::fabs((double)x - below), d_above = std::fabs(above_d - x);
-        const float want = (u & 0xffffu) == 0 ? x : d_above <= d_below ? above : below;
-        ASSERT_EQ(to_bits(w), to_bits(want)) << std::hex << u;
-        if ((u & 0xffffu) == 0x8000u) (to_bits(w) == to_bits(above) ? ties_up : ties_down)++;
+        ASSERT_EQ(to_bits(w), to_bits(test::nearest_bf16_ties_away(x))) << std::hex << u;
+        if ((u & 0xffffu) == 0x8000u) (std::fabs(w) > std::fabs(x) ? ties_up : ties_down)++;
     }
     EXPECT_GT(ties_up, 20000);  // every tie went away from zero
     EXPECT_EQ(ties_down, 0);

@@ -4,6 +4,8 @@
 
 #include <stdlib.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include <filesystem>
@@ -21,6 +23,22 @@ namespace codagpt::test {
 // The same floats bit for bit (what "bit-identical" runs and resumes promise).
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// x rounded to bf16 (as a float) by the nearer of the two bf16 values around it, ties away from
+// zero, in double: an independent route to the rounding of the trainer's bf16 weights
+// (master_weights.cuh). Past the largest bf16 value it rounds to infinity as IEEE does.
+inline float nearest_bf16_ties_away(float x) {
+    uint32_t u, t, up;
+    std::memcpy(&u, &x, 4);
+    if (std::isnan(x) || std::isinf(x) || (u & 0xffffu) == 0) return x;
+    t = u & 0xffff0000u;
+    up = t + 0x10000u;
+    float below, above;
+    std::memcpy(&below, &t, 4);
+    std::memcpy(&above, &up, 4);
+    const double above_d = std::isinf(above) ? std::copysign(std::ldexp(1.0, 128), x) : above;
+    return std::fabs(above_d - x) <= std::fabs((double)x - below) ? above : below;
 }
 
 // A file's bytes ("" where it cannot be read).
