@@ -7,6 +7,8 @@
 //                                             [M, n_tiles(N, bn)] and column partials
 //                                             [n_tiles(M, bm), N] with it, and hand it to the CPU
 //                                             emulator to model the same combine order
+//   gemm_plan_cost<P>(problem)                what gemm() costs P on problem by the chosen mainloop's
+//                                             plan: to compare ways of cutting one GEMM into several
 // Mainloops: Hopper's (gemm_sm90.cuh, TMA + wgmma) when the device is compute capability 9.x and
 // the binary holds sm_90a code (sm90::available() says so), else the portable one (gemm_sm80.cuh,
 // cp.async + mma.sync). Passes without a GEMM (K = 0: acc = 0, e.g. QkvGradient) always run on
@@ -84,6 +86,18 @@ TileShape gemm_tile_shape(const GemmProblem& prob, Mainloop mainloop = Mainloop:
         case Mainloop::Sm90: return sm90::tile_shape<P>(prob);
 #endif
         default: return sm80::tile_shape(prob);
+    }
+}
+
+// Relative units, comparable between problems on one mainloop and device only (the Hopper plan's
+// cost model: the busiest CTA's tiles, sm90::detail::choose_plan; the portable one: all tiles).
+template <class P = void>
+double gemm_plan_cost(const GemmProblem& prob, Mainloop mainloop = Mainloop::Auto) {
+    switch (detail::choose(prob, mainloop)) {
+#ifdef CODAGPT_GEMM_SM90
+        case Mainloop::Sm90: return sm90::plan<P>(prob).cost;
+#endif
+        default: return sm80::plan_cost(prob);
     }
 }
 

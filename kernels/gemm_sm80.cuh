@@ -163,6 +163,11 @@ __global__ void __launch_bounds__(kThreads, kPass ? kPassBlocksPerSM : 1) gemm_k
 
 // ---------------------------------------------------------------- host side
 inline TileShape tile_shape(const GemmProblem&) { return TileShape{kBM, kBN}; }  // the default lane split
+// What gemm() costs, for comparing cuts of one GEMM (gemm.cuh, gemm_plan_cost): its tiles' elements
+// times their k-steps, all of them (how its blocks fill the SMs in waves is not modelled).
+inline double plan_cost(const GemmProblem& prob) {
+    return (double)n_tiles(prob.M, kBM) * n_tiles(prob.N, kBN) * kBM * kBN * n_tiles(prob.K, kBK);
+}
 
 template <class P, bool A_KMAJOR, bool B_KMAJOR, bool kPass = false>
 void launch(const P& program, const GemmProblem& prob, cudaStream_t stream) {

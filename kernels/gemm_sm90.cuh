@@ -870,10 +870,12 @@ inline TileShape tile_shape_of(Tile t) {
     return s;
 }
 
-// How gemm() runs a problem: the tile configuration and the split-K factor.
+// How gemm() runs a problem: the tile configuration and the split-K factor; and what the plan's
+// cost model estimates it costs (choose_plan's units: only comparable between plans of one card).
 struct Plan {
     Tile tile = Tile::k128x256;
     int splits = 1;
+    double cost = 0.0;
 };
 constexpr int kMaxSplits = 8;
 constexpr int kMinSplitKBlocks = 16;  // a split's least k-blocks (of 64)
@@ -1003,7 +1005,7 @@ inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = fa
             const double cost = (double)per_cta * tile_m(t) * tile_n(t) * costs.per_element(t) *
                                 (per_split + (s > 1 ? kSplitCostKBlocks : 0.0) + epilogue);
             if (cost < best_cost) {
-                best = {t, s};
+                best = {t, s, cost};
                 best_cost = cost;
             }
         }

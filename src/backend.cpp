@@ -92,6 +92,20 @@ std::string recompute_note(const GPUModelOptions& o, int n_layer) {
     }
 }
 
+// What describe() adds for the fused model's LM head in more than one row chunk, runs of equal
+// chunks counted: ", LM head in 4 row chunks (4 x 4096)". Nothing for the unfused model.
+std::string lm_head_note(const GPT2GPU&) { return ""; }
+std::string lm_head_note(const GPT2CodaGPU& m) {
+    const std::vector<int> rows = m.lm_head_chunk_rows();
+    if (rows.size() < 2) return "";
+    std::string runs;
+    for (size_t i = 0, j; i < rows.size(); i = j) {
+        for (j = i; j < rows.size() && rows[j] == rows[i]; j++) {}
+        runs += (runs.empty() ? "" : " + ") + (j - i > 1 ? std::to_string(j - i) + " x " : "") + std::to_string(rows[i]);
+    }
+    return ", LM head in " + std::to_string(rows.size()) + " row chunks (" + runs + ")";
+}
+
 // A decoder over a GPU model's bf16 weights in place.
 std::unique_ptr<Decoder> decoder_of(const GPT2GPU& m) { return std::make_unique<GPT2GPUDecoder>(m); }
 std::unique_ptr<Decoder> decoder_of(const GPT2CodaGPU& m) { return m.make_decoder(); }
@@ -115,7 +129,7 @@ public:
                                             std::to_string(dp_->world_size()) + ", ZeRO-1"
                                       : "";
         return "GPU " + cuda_device_name() + " (" + path_ + ", bf16, attention " + model_.attention_backend() + note_ +
-               ranks + ")";
+               lm_head_note(model_) + ranks + ")";
     }
     size_t num_params() const override { return model_.num_params(); }
     void zero_grad() override {

@@ -84,8 +84,8 @@ struct GPUBackendOptions {
     // --recompute-layers: recompute in layers [0, n) only and keep the later layers' activations
     // (less time, more memory than every layer); 0: every layer. Ignored with Recompute::none.
     int recompute_layers = 0;
-    // --lm-head-chunks: the fused path's LM head in this many row chunks (GPUModelOptions); 0: the
-    // model's choice. The unfused path refuses any other value.
+    // --lm-head-chunks: the fused path's LM head in this many equal row chunks (GPUModelOptions); 0:
+    // the model's cut. The unfused path refuses any other value.
     int lm_head_chunks = 0;
 };
 

@@ -70,8 +70,8 @@ static int run_main(int argc, char** argv) {
                       "With --recompute gelu|mlp: recompute in the first N layers only and keep the others' "
                       "activations (between the two modes' memory and time; default: every layer)");
     train->add_option("--lm-head-chunks", train_opt.lm_head_chunks,
-                      "Fused GPU path: run the LM head and its backward over N row chunks of the batch (less memory for "
-                      "the logits; default 0: as few as keep a chunk's logits within the backward's scratch)")
+                      "Fused GPU path: run the LM head and its backward over N equal row chunks of the batch (less memory "
+                      "for the logits; default 0: as few as fit the backward's scratch, cut where their GEMMs fill the GPU best)")
         ->check(kNonNegative);
     train->add_option("--fusion", train_opt.fusion,
                       "GPU path: coda (LayerNorm, GELU, bias and residual in GEMM epilogues), unfused, or auto "

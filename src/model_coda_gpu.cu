@@ -22,6 +22,7 @@
 #include "gemm.cuh"
 #include "gpu_training.hpp"
 #include "matmul.cuh"
+#include "row_chunks.hpp"
 
 namespace codagpt {
 
@@ -38,25 +39,40 @@ struct RowRange {
     int begin, count;
 };
 
-// The rows of one LM head chunk (a multiple of 8, as M is), the last chunk taking the rest.
-// chunks > 0: that many equal chunks. chunks = 0: as few chunks as keep a chunk's logits [rows, Vp]
-// within scratch_elems, but none below min_rows, then the rows spread evenly over them.
-int lm_head_rows(int M, int Vp, size_t scratch_elems, int min_rows, int chunks) {
-    if (chunks < 0) throw Error("fused GPU model: lm_head_chunks must be >= 0, got " + std::to_string(chunks));
-    if (chunks == 0) {
-        const long fit = std::max<long>((long)(scratch_elems / (size_t)Vp) / 8 * 8, 8);
-        chunks = ceil_div(M, std::max<long>(fit, min_rows));
-    }
-    return std::min(M, (ceil_div(M, chunks) + 7) / 8 * 8);
-}
-
-// The fewest rows of a default LM head chunk: its dX GEMM ([rows, C] from K = Vp, the chunk's
-// longest GEMM) in at least three waves of 128 x 128 tiles on this GPU, not one wave and a part.
-int lm_head_min_rows(int C) {
+// The most rows a default LM head chunk takes: as many as the backward's scratch (8 M C, which the
+// logits share) holds as logits, or where that is fewer, enough for three waves of 128 x 128 tiles
+// of the chunk's dX GEMM ([rows, C] from K = Vp, its longest GEMM) on this GPU, the logits buffer
+// then grown to hold them.
+int lm_head_cap_rows(int M, int C, int Vp) {
     int device = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return ceil_div(3L * sms * 128 * 128, C);
+    const long fit = 8L * M * C / Vp, waves = ceil_div(3L * sms * 128 * 128, C);
+    return (int)std::min<long>(M, std::max(fit, waves));
+}
+
+// The LM head's row chunks, first to last. chunks > 0: that many equal chunks (multiples of 8 rows,
+// as M is; the last takes the rest). chunks = 0: as few chunks of at most lm_head_cap_rows rows
+// (multiples of 128 but the last) as there can be, cut where their dX GEMMs (LnBackwardX, [rows, C]
+// from K = Vp) cost least in all by the engine's plan: where the tiles of the chunks fill the SMs'
+// rounds best. Fewest first: a chunk's other GEMMs cost nearly as much for fewer rows (on the 1.5B
+// step on an H100 a fifth chunk, 4 x 3840 + 1024 rows instead of 4 x 4096, took 0.74 ms off the dX
+// GEMMs and put 0.81 ms on the LM head forward, cross-entropy and dW kernels). 350M on 132 SMs:
+// 6272 + 5888 + 4224 rows, 8 rounds of ping-pong tiles in the dX GEMMs against 9 for 3 x ~5464.
+std::vector<RowRange> lm_head_chunks(int M, int C, int Vp, int chunks) {
+    if (chunks < 0) throw Error("fused GPU model: lm_head_chunks must be >= 0, got " + std::to_string(chunks));
+    std::vector<int> rows;
+    if (chunks > 0) {
+        const int each = std::min(M, (ceil_div(M, chunks) + 7) / 8 * 8);
+        for (int r = 0; r < M; r += each) rows.push_back(std::min(each, M - r));
+    } else {
+        rows = fewest_row_chunks(M, kMinTile, std::max(kMinTile, lm_head_cap_rows(M, C, Vp)), [&](int n) {
+            return gemm_plan_cost<LnBackwardX<bf16>>(GemmProblem{n, C, Vp, {}, {}});
+        });
+    }
+    std::vector<RowRange> out;
+    for (int n : rows) out.push_back({out.empty() ? 0 : out.back().begin + out.back().count, n});
+    return out;
 }
 
 // Operands: the logical matrix p [rows, ld] row-major, and the transpose of p [cols, ld] (element
@@ -76,7 +92,8 @@ struct Fold {
 struct GPT2CodaGPU::Impl {
     ModelConfig cfg;
     int B, T, M;  // M = B*T tokens
-    int lm_rows;  // rows of an LM head chunk (lm_head_rows)
+    std::vector<RowRange> lm_chunks;  // the LM head's row chunks (lm_head_chunks)
+    int lm_rows;                      // rows of the largest
     // --recompute mlp: layers [0, f_slots.r) keep no f (they share one buffer): backward recomputes
     // it by the fc GEMM
     LayerSlots f_slots;
@@ -137,13 +154,15 @@ struct GPT2CodaGPU::Impl {
           B(B_),
           T(T_),
           M(B_ * T_),
-          lm_rows(lm_head_rows(M, c.padded_vocab(), (size_t)8 * M * c.n_embd, lm_head_min_rows(c.n_embd),
-                               opt.lm_head_chunks)),
           f_slots(opt.fc_slots(c.n_layer)),
           attention(opt.prefer_cudnn) {
         if (B < 1 || T < 1 || T > c.max_seq_len || M % 8 != 0)
             throw Error("fused GPU model: needs 1 <= seq_len <= max_seq_len and batch_size * seq_len a multiple of 8, got " +
                         std::to_string(B) + " x " + std::to_string(T));
+        lm_chunks = lm_head_chunks(M, c.n_embd, c.padded_vocab(), opt.lm_head_chunks);
+        lm_rows = std::max_element(lm_chunks.begin(), lm_chunks.end(), [](RowRange a, RowRange b) {
+                      return a.count < b.count;
+                  })->count;
         CUDA_CHECK(cudaStreamCreate(&stream));
         mem.hint = "try a smaller --batch_size (with --grad_accum to keep the tokens per step) or --recompute mlp";
         for (const ParamInfo& t : param_layout(c)) n_params += t.size;
@@ -394,12 +413,12 @@ struct GPT2CodaGPU::Impl {
         }
 
         // LM head GEMM with LN_f folded, A = x_L, B = W~e = (diag(gamma_f) wte^T, made now), a chunk
-        // of lm_rows rows at a time: logits, (max, sum-exp) partials and the target logit; a tiny
-        // reduce gives lse and the loss; before a backward, the chunk's LM head backward.
+        // of rows at a time (lm_chunks): logits, (max, sum-exp) partials and the target logit; a
+        // tiny reduce gives lse and the loss; before a backward, the chunk's LM head backward.
         grad_scale = scale;
         const bf16* w_folded_lm = fold_weight(p.wte, true, v32.lnf_w, Vp);
-        for (int r = 0; r < M; r += lm_rows) {
-            const RowRange rows{r, std::min(lm_rows, M - r)};
+        for (const RowRange& rows : lm_chunks) {
+            const int r = rows.begin;
             LmHeadForward<bf16> pr;
             pr.ln = {{mu + (size_t)L * M + r}, {rstd + (size_t)L * M + r}, {lm_c}, {lm_bf}};
             pr.logits = {logits, {Vp}};
@@ -530,12 +549,18 @@ StepPhases GPT2CodaGPU::phases() const { return impl_->state->phases(); }
 const std::vector<float>& GPT2CodaGPU::token_losses() const { return impl_->host_losses; }
 
 std::vector<float> GPT2CodaGPU::logits() const {
-    if (impl_->lm_rows < impl_->M)
+    if (impl_->lm_chunks.size() > 1)
         throw Error("fused GPU model: logits() needs the LM head in one chunk (GPUModelOptions::lm_head_chunks = 1)");
     return download_bf16(impl_->logits, (size_t)impl_->M * impl_->cfg.padded_vocab(), impl_->stream);
 }
 
 const char* GPT2CodaGPU::attention_backend() const { return impl_->attention.backend(); }
+
+std::vector<int> GPT2CodaGPU::lm_head_chunk_rows() const {
+    std::vector<int> rows;
+    for (const RowRange& r : impl_->lm_chunks) rows.push_back(r.count);
+    return rows;
+}
 
 std::unique_ptr<GPT2GPUDecoder> GPT2CodaGPU::make_decoder() const {
     return std::make_unique<GPT2GPUDecoder>(impl_->cfg, impl_->params, impl_->stream);

@@ -12,12 +12,12 @@
 // backward per layer and token: x, qkv, y, x', f (bf16; f not with --recompute mlp), the row
 // statistics of x and x' and attention's lse (fp32); post-GELU g is recomputed.
 //
-// The LM head runs over row chunks (GPUModelOptions::lm_head_chunks; by default as few as keep a
-// chunk's logits within the backward's scratch of 8 M C bf16, but no chunk so small that its dX
-// GEMM runs in under three waves): no buffer holds all M x Vp logits (on 1.5B at B = 16, T = 1024
-// four chunks, 1,172 MiB less; on 350M three, 1,048 MiB less). Before a backward, each chunk's LM
-// head backward (cross-entropy, LN_f backward, the wte gradient) runs in forward right after its
-// logits, so backward() begins with the last layer.
+// The LM head runs over row chunks (GPUModelOptions::lm_head_chunks; by default as few chunks as
+// keep their logits within the backward's scratch of 8 M C bf16, or within three waves of tiles of
+// their dX GEMM where that is more, cut where the engine's plan prices their dX GEMMs least: on 1.5B
+// at B = 16, T = 1024 four of 4096 rows, on 350M three of 6272, 5888 and 4224): no buffer holds all
+// M x Vp logits. Before a backward, each chunk's LM head backward (cross-entropy, LN_f backward,
+// the wte gradient) runs in forward right after its logits, so backward() begins with the last layer.
 #pragma once
 #include <memory>
 #include <vector>
@@ -62,6 +62,7 @@ public:
     std::vector<float> logits() const;
     const std::vector<float>& token_losses() const;  // [B*T] of the last forward
     const char* attention_backend() const;
+    std::vector<int> lm_head_chunk_rows() const;  // the LM head's row chunks, first to last
     size_t num_params() const { return num_params_; }
     // A decoder over the bf16 weights in place (sampling during training); must not outlive the model.
     std::unique_ptr<GPT2GPUDecoder> make_decoder() const;

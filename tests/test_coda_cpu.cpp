@@ -18,7 +18,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,7 @@
 #include "model_test_util.hpp"
 #include "ops_cpu.hpp"
 #include "rng.hpp"
+#include "row_chunks.hpp"
 
 using namespace codagpt;
 using codagpt::test::random_tokens;
@@ -163,4 +166,90 @@ TEST(CodaCPU, TileShapeChangesOnlyRounding) {
     for (int s = 0; s < kMicroBatches; s++) EXPECT_NEAR(a.losses[s], b.losses[s], 1e-6 * b.losses[s]);
     std::printf("    worst gradient difference between tile shapes: %.2e (d%s)  bound 2e-5\n", worst, worst_name.c_str());
     EXPECT_LE(worst, 2e-5);
+}
+
+// ---------------------------------------------------------------- the LM head's row chunks
+// fewest_row_chunks (row_chunks.hpp), which cuts the fused GPU model's LM head rows.
+
+// Every cut it returns covers the rows in order in as few chunks as the cap allows, each chunk
+// within the cap and a multiple of the alignment but the last, on random sizes and random costs.
+TEST(RowChunks, CoverTheRowsInTheFewestChunks) {
+    Rng rng(7);
+    for (int trial = 0; trial < 300; trial++) {
+        const int align = 1 + (int)rng.below(200), cap = align * (1 + (int)rng.below(6)) + (int)rng.below(align);
+        const int total = 1 + (int)rng.below(40 * align);
+        std::map<int, double> table;
+        auto cost = [&](int rows) { return table.count(rows) ? table[rows] : table[rows] = 1 + 10 * rng.uniform(); };
+        const std::vector<int> rows = fewest_row_chunks(total, align, cap, cost);
+        const int blocks = (total + align - 1) / align, most = cap / align;
+        EXPECT_EQ((int)rows.size(), (blocks + most - 1) / most) << "total " << total << " align " << align << " cap " << cap;
+        int sum = 0;
+        for (size_t i = 0; i < rows.size(); i++) {
+            EXPECT_GE(rows[i], 1);
+            EXPECT_LE(rows[i], cap);
+            if (i + 1 < rows.size()) {
+                EXPECT_EQ(rows[i] % align, 0) << "chunk " << i << " of " << rows.size();
+            }
+            sum += rows[i];
+        }
+        EXPECT_EQ(sum, total) << "align " << align << " cap " << cap;
+    }
+}
+
+// Of the cuts into that many chunks, it returns a cheapest: against an enumeration of every cut of
+// up to 12 blocks, with random costs (some equal, for ties).
+TEST(RowChunks, CheapestOfTheFewestChunks) {
+    Rng rng(11);
+    for (int trial = 0; trial < 200; trial++) {
+        const int align = 8, blocks = 1 + (int)rng.below(12), total = blocks * align - (int)rng.below(align);
+        const int cap = align * (1 + (int)rng.below(blocks));
+        std::map<int, double> table;
+        auto cost = [&](int rows) { return table.count(rows) ? table[rows] : table[rows] = (double)rng.below(4); };
+        const std::vector<int> rows = fewest_row_chunks(total, align, cap, cost);
+        double got = 0;
+        for (int r : rows) got += cost(r);
+        // every cut: a chunk ends after block j where bit j - 1 of `mask` is set (and after the last)
+        size_t fewest = SIZE_MAX;
+        double least = 0;
+        for (int mask = 0; mask < (1 << (blocks - 1)); mask++) {
+            std::vector<int> cut;
+            int begin = 0;
+            bool fits = true;
+            for (int j = 1; j <= blocks; j++) {
+                if (j < blocks && !(mask >> (j - 1) & 1)) continue;
+                const int end = std::min(j * align, total);
+                cut.push_back(end - begin);
+                fits = fits && end - begin <= cap;
+                begin = end;
+            }
+            if (!fits) continue;
+            double c = 0;
+            for (int r : cut) c += cost(r);
+            if (cut.size() < fewest || (cut.size() == fewest && c < least)) fewest = cut.size(), least = c;
+        }
+        EXPECT_EQ(rows.size(), fewest) << "total " << total << " cap " << cap;
+        EXPECT_EQ(got, least) << "total " << total << " cap " << cap;
+    }
+}
+
+// The case it exists for: the 350M LM head's 16384 rows, a 1024-wide dX GEMM in 128 x 128 tiles (8
+// a row of tiles) on 132 SMs, chunks of at most 6336 rows (49 rows of tiles), each costing its rounds
+// of tiles over the SMs. Three chunks at least; 1024 tiles take 8 rounds at least, and a cut into
+// three takes 8 only with chunks of at most 49, 33 or 16 rows of tiles for 3, 2 or 1 rounds. The
+// even cut, 3 x 5464 rows (43 rows of tiles, 344 tiles: 3 rounds each), takes 9.
+TEST(RowChunks, FillRoundsOfTiles) {
+    auto rounds = [](int rows) { return std::ceil((rows + 127) / 128 * 8 / 132.0); };
+    const std::vector<int> rows = fewest_row_chunks(16384, 128, 6336, rounds);
+    double total = 0;
+    for (int r : rows) total += rounds(r);
+    EXPECT_EQ(rows.size(), 3u);
+    EXPECT_EQ(total, 8.0);
+    EXPECT_EQ(3 * rounds(5464), 9.0);
+}
+
+TEST(RowChunks, RefusesEmptyRowsOrACapBelowTheAlignment) {
+    auto one = [](int) { return 1.0; };
+    EXPECT_THROW(fewest_row_chunks(0, 128, 4096, one), Error);
+    EXPECT_THROW(fewest_row_chunks(100, 128, 64, one), Error);
+    EXPECT_EQ(fewest_row_chunks(100, 128, 128, one), std::vector<int>{100});
 }
