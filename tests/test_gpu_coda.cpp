@@ -188,6 +188,57 @@ TEST(CodaGPU, TwoLayers124MWidthsWithTheLmHeadInEightChunksMatchUnfusedAndCPURef
     check_against_cpu_and_unfused({"2 layers, C=768, 12 heads, T=1024", ModelConfig{2, 12, 768, 1024, 50257}, 1, 1024}, 8);
 }
 
+// The default cut of the LM head's rows (the fewest chunks within the cap, cut where the plan prices
+// their dX GEMMs least), at 16384 rows of 124M's widths: more than one chunk, multiples of 128 rows
+// but the last, covering the rows; and the step computes what the LM head in one chunk does, but
+// for rounding: the chunks' LM head GEMMs and dX GEMMs may run other tiles and K splits than one
+// chunk's, and the wte and LN_f gradients add up a chunk at a time. A chunk skipped, run twice or
+// on the wrong rows gives errors of order 1.
+TEST(CodaGPU, DefaultLmHeadCutMatchesOneChunk) {
+    REQUIRE_GPU();
+    const Case c{"2 layers, C=768, 12 heads, B=16, T=1024", ModelConfig{2, 12, 768, 1024, 50257}, 16, 1024};
+    const std::vector<float> params = nonzero_mean_params(c.cfg);
+    std::vector<int> rows;
+    StepResult cut, one;
+    {
+        GPT2CodaGPU model(c.cfg, c.B, c.T, GPUModelOptions{});
+        rows = model.lm_head_chunk_rows();
+        model.set_params(params);
+        cut = gpu_step(model, c, false);
+    }
+    {
+        GPUModelOptions opt;
+        opt.lm_head_chunks = 1;
+        GPT2CodaGPU model(c.cfg, c.B, c.T, opt);
+        EXPECT_EQ(model.lm_head_chunk_rows(), std::vector<int>{c.B * c.T});
+        model.set_params(params);
+        one = gpu_step(model, c, false);
+    }
+    std::string cut_text;
+    int covered = 0;
+    for (size_t i = 0; i < rows.size(); i++) {
+        cut_text += (i ? " + " : "") + std::to_string(rows[i]);
+        if (i + 1 < rows.size()) {
+            EXPECT_EQ(rows[i] % 128, 0) << "chunk " << i;
+        }
+        covered += rows[i];
+    }
+    std::printf("%s: default LM head cut %s\n", c.name, cut_text.c_str());
+    EXPECT_GT(rows.size(), 1u);
+    EXPECT_EQ(covered, c.B * c.T);
+    for (int s = 0; s < kMicroBatches; s++) {
+        std::printf("  micro-batch %d loss: cut %.7f one chunk %.7f\n", s, cut.losses[s], one.losses[s]);
+        EXPECT_NEAR(cut.losses[s], one.losses[s], 1e-5 * one.losses[s]) << "micro-batch " << s;
+    }
+    EXPECT_LE(rel_error(cut.token_losses, one.token_losses), 1e-5);
+    const std::vector<ParamInfo> layout = param_layout(c.cfg);
+    const std::vector<double> err = tensor_errors(cut.grads, one.grads, layout);
+    for (size_t t = 0; t < layout.size(); t++) {
+        std::printf("  grad %-9s rel err cut vs one chunk %.2e\n", layout[t].name.c_str(), err[t]);
+        EXPECT_LE(err[t], 1e-3) << "gradient of " << layout[t].name;
+    }
+}
+
 // The row finalize kernels (a warp a row) merge a row's partials in the host's order
 // (coda::merge_row, which the CPU emulator uses): the same bits for the sums (another order would
 // round differently); the Welford statistics and the loss within a few float roundings (the GPU
