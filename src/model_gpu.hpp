@@ -29,7 +29,8 @@ struct GPUModelOptions {
     std::shared_ptr<DataParallel> data_parallel;
     int recompute_layers = 0;  // recompute in layers [0, n) only; 0: every layer (GPUBackendOptions)
     // The fused path's LM head in this many equal row chunks (model_coda_gpu.hpp); 0: the fewest
-    // chunks that fit the backward's scratch, cut where the GEMM plan prices them least. The unfused path ignores it.
+    // chunks that fit the backward's scratch, cut where the GEMM plan prices them least. The
+    // unfused path ignores it.
     int lm_head_chunks = 0;
 
     // The layers that keep no GELU output (--recompute gelu or mlp) and those that keep no fc output
