@@ -93,7 +93,6 @@ struct GPT2CodaGPU::Impl {
     ModelConfig cfg;
     int B, T, M;  // M = B*T tokens
     std::vector<RowRange> lm_chunks;  // the LM head's row chunks (lm_head_chunks)
-    int lm_rows;                      // rows of the largest
     // --recompute mlp: layers [0, f_slots.r) keep no f (they share one buffer): backward recomputes
     // it by the fc GEMM
     LayerSlots f_slots;
@@ -134,9 +133,10 @@ struct GPT2CodaGPU::Impl {
     bf16 *residual, *qkv, *y, *x_mid, *f;             // [L+1, M, C], [L, M, 3C], [L, M, C] x2, [L or 1, M, 4C]
     float *mu, *rstd, *mu_mid, *rstd_mid, *att_lse;  // [L+1, M], [L+1, M], [L, M], [L, M], [L, B, NH, T]
     // scratch. g: gelu(f) in forward, re-emitted g then dqkv in backward. df: the fc fold's dz,
-    // then dy in its place. logits: an LM head chunk's output [lm_rows, Vp], then its dz in place.
-    // The logits and g, df, dy share one buffer of 8 M C: the logits live from an LM head GEMM to its
-    // dX GEMM (forward's end), when none of the others is in use.
+    // then dy in its place. logits: an LM head chunk's output [rows, Vp], then its dz in place.
+    // The logits and g, df, dy share one buffer of 8 M C (or of the largest chunk's logits where
+    // those are more): the logits live from an LM head GEMM to its dX GEMM (forward's end), when
+    // none of the others is in use.
     bf16 *g_buf, *df, *logits, *dres, *dy;
     float *lse, *losses, *target_logit;
     std::vector<float> host_losses;  // of the last forward
@@ -160,9 +160,10 @@ struct GPT2CodaGPU::Impl {
             throw Error("fused GPU model: needs 1 <= seq_len <= max_seq_len and batch_size * seq_len a multiple of 8, got " +
                         std::to_string(B) + " x " + std::to_string(T));
         lm_chunks = lm_head_chunks(M, c.n_embd, c.padded_vocab(), opt.lm_head_chunks);
-        lm_rows = std::max_element(lm_chunks.begin(), lm_chunks.end(), [](RowRange a, RowRange b) {
-                      return a.count < b.count;
-                  })->count;
+        // the largest chunk's rows size its logits and partials
+        const size_t lm_rows = std::max_element(lm_chunks.begin(), lm_chunks.end(), [](RowRange a, RowRange b) {
+                                   return a.count < b.count;
+                               })->count;
         CUDA_CHECK(cudaStreamCreate(&stream));
         mem.hint = "try a smaller --batch_size (with --grad_accum to keep the tokens per step) or --recompute mlp";
         for (const ParamInfo& t : param_layout(c)) n_params += t.size;
