@@ -208,7 +208,7 @@ GemmProblem problem(const Shape& s, const bf16* a, const bf16* b) {
 void cublas_gemm(Matmul& mm, const Shape& s, const bf16* a, const bf16* b, void* out) {
     if (s.accumulate) {
         if (!s.a_t || s.b_t) throw Error("accumulate shapes are A^T B");
-        mm.backward_weight((float*)out, a, b, /*M=*/s.K, /*K=*/s.M, /*N=*/s.N, 0);
+        mm.backward_weight((float*)out, a, b, /*M=*/s.K, /*K=*/s.M, /*N=*/s.N, /*accumulate=*/true, 0);
     } else if (s.a_t) {
         throw Error("A^T with bf16 output is not a training shape");
     } else if (s.b_t) {

@@ -137,17 +137,17 @@ int run(int argc, char** argv) {
                 mm.forward(out, g4, l.fcproj, l.bias, BT, 4 * C, C, 0);
             }
             mm.forward_nt(out_logits, ln, wte, BT, C, Vp, 0);
-            mm.backward_nt_weight(dwte, ln, logits, BT, C, Vp, 0);
+            mm.backward_nt_weight(dwte, ln, logits, BT, C, Vp, /*accumulate=*/false, 0);
             mm.backward_nt_input(out, logits, wte, BT, C, Vp, false, 0);
             for (long i = L - 1; i >= 0; i--) {
                 const Layer& l = layers[i];
-                mm.backward_weight(l.dfcproj, g4, dres, BT, 4 * C, C, 0);
+                mm.backward_weight(l.dfcproj, g4, dres, BT, 4 * C, C, /*accumulate=*/false, 0);
                 mm.backward_input(out, dres, l.fcproj, BT, 4 * C, C, false, 0);
-                mm.backward_weight(l.dfc, ln, d4, BT, C, 4 * C, 0);
+                mm.backward_weight(l.dfc, ln, d4, BT, C, 4 * C, /*accumulate=*/false, 0);
                 mm.backward_input(out, d4, l.fc, BT, C, 4 * C, false, 0);
-                mm.backward_weight(l.dproj, ln, dres, BT, C, C, 0);
+                mm.backward_weight(l.dproj, ln, dres, BT, C, C, /*accumulate=*/false, 0);
                 mm.backward_input(out, dres, l.proj, BT, C, C, false, 0);
-                mm.backward_weight(l.dqkv, ln, dqkv, BT, C, 3 * C, 0);
+                mm.backward_weight(l.dqkv, ln, dqkv, BT, C, 3 * C, /*accumulate=*/false, 0);
                 mm.backward_input(out, dqkv, l.qkv, BT, C, 3 * C, false, 0);
             }
         };

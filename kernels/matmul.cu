@@ -34,9 +34,9 @@ void Matmul::backward_input(bf16* dinp, const bf16* dout, const bf16* w, int M, 
                             cudaStream_t stream) {
     gemm(dinp, false, dout, false, w, true, nullptr, M, N, K, 1.0f, accumulate ? 1.0f : 0.0f, stream);
 }
-void Matmul::backward_weight(float* dw, const bf16* inp, const bf16* dout, int M, int K, int N,
+void Matmul::backward_weight(float* dw, const bf16* inp, const bf16* dout, int M, int K, int N, bool accumulate,
                              cudaStream_t stream) {
-    gemm(dw, true, inp, true, dout, false, nullptr, K, M, N, 1.0f, 1.0f, stream);
+    gemm(dw, true, inp, true, dout, false, nullptr, K, M, N, 1.0f, accumulate ? 1.0f : 0.0f, stream);
 }
 void Matmul::forward_nt(bf16* out, const bf16* a, const bf16* b, int M, int K, int N, cudaStream_t stream) {
     gemm(out, false, a, false, b, true, nullptr, M, K, N, 1.0f, 0.0f, stream);
@@ -45,9 +45,9 @@ void Matmul::backward_nt_input(bf16* da, const bf16* dout, const bf16* b, int M,
                                cudaStream_t stream) {
     gemm(da, false, dout, false, b, false, nullptr, M, N, K, 1.0f, accumulate ? 1.0f : 0.0f, stream);
 }
-void Matmul::backward_nt_weight(float* db, const bf16* a, const bf16* dout, int M, int K, int N,
+void Matmul::backward_nt_weight(float* db, const bf16* a, const bf16* dout, int M, int K, int N, bool accumulate,
                                 cudaStream_t stream) {
-    gemm(db, true, dout, true, a, false, nullptr, N, M, K, 1.0f, 1.0f, stream);
+    gemm(db, true, dout, true, a, false, nullptr, N, M, K, 1.0f, accumulate ? 1.0f : 0.0f, stream);
 }
 
 // Largest power of two (at most 256, cuBLASLt's default assumption) dividing the address.

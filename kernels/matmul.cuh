@@ -33,15 +33,17 @@ public:
     // dinp[M, K] = dout[M, N] w[K, N]^T      (bf16, overwritten; or accumulated when accumulate)
     void backward_input(bf16* dinp, const bf16* dout, const bf16* w, int M, int K, int N, bool accumulate,
                         cudaStream_t stream);
-    // dw[K, N] += inp[M, K]^T dout[M, N]      (fp32, accumulated)
-    void backward_weight(float* dw, const bf16* inp, const bf16* dout, int M, int K, int N, cudaStream_t stream);
+    // dw[K, N] (+)= inp[M, K]^T dout[M, N]      (fp32, overwritten; or accumulated when accumulate)
+    void backward_weight(float* dw, const bf16* inp, const bf16* dout, int M, int K, int N, bool accumulate,
+                         cudaStream_t stream);
     // logits[M, Vp] = x[M, C] wte[Vp, C]^T (tied LM head: wte is the embedding, row-major [Vp, C])
     void forward_nt(bf16* out, const bf16* a, const bf16* b, int M, int K, int N, cudaStream_t stream);
     // dx[M, C] (+)= dlogits[M, Vp] wte[Vp, C]   (bf16)
     void backward_nt_input(bf16* da, const bf16* dout, const bf16* b, int M, int K, int N, bool accumulate,
                            cudaStream_t stream);
-    // dwte[Vp, C] += dlogits[M, Vp]^T x[M, C]  (fp32)
-    void backward_nt_weight(float* db, const bf16* a, const bf16* dout, int M, int K, int N, cudaStream_t stream);
+    // dwte[Vp, C] (+)= dlogits[M, Vp]^T x[M, C]  (fp32, overwritten; or accumulated when accumulate)
+    void backward_nt_weight(float* db, const bf16* a, const bf16* dout, int M, int K, int N, bool accumulate,
+                            cudaStream_t stream);
 
 private:
     // One row-major GEMM: out[M, N] = alpha op(a) op(b) (+ bias[N]) + beta out, with op(a) [M, K] and

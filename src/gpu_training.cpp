@@ -74,6 +74,12 @@ ZeroPlan plan_of(const ModelConfig& c, const DataParallel* dp) {
 }
 }  // namespace
 
+bool written_by_weight_gemms(const std::string& tensor) {
+    for (const char* name : {"wte", "qkv_w", "proj_w", "fc_w", "fcproj_w"})
+        if (tensor == name) return true;
+    return false;
+}
+
 size_t TrainableParams::device_bytes(const ModelConfig& c, const DataParallel* dp) {
     const ZeroPlan plan = plan_of(c, dp);
     const size_t P = plan.padded_total, S = plan.shard_size;
@@ -92,6 +98,14 @@ TrainableParams::TrainableParams(const ModelConfig& c, std::shared_ptr<DataParal
     scalars_ = static_cast<float*>(alloc(4 * sizeof(float)));
     norm_scratch_ = static_cast<float*>(alloc(global_norm_scratch_floats() * sizeof(float)));
     norm_partials_ = static_cast<float*>(alloc(plan_.ranks * sizeof(float)));
+    size_t offset = 0;  // zero_grad's ranges
+    for (const ParamInfo& t : plan_.layout) {
+        if (!written_by_weight_gemms(t.name)) {
+            if (!zeroed_.empty() && zeroed_.back().second == offset) zeroed_.back().second += t.size;
+            else zeroed_.push_back({offset, offset + t.size});
+        }
+        offset += t.size;
+    }
     // The padding stays zero in every buffer: nothing ever writes past the real elements.
     CUDA_CHECK(cudaMemset(params_, 0, P * sizeof(bf16)));
     CUDA_CHECK(cudaMemset(grads_, 0, P * sizeof(float)));
@@ -171,11 +185,16 @@ std::vector<float> TrainableParams::local_grads() const {
 
 void TrainableParams::zero_grad() {
     mark(kStepBegin);  // a step's first work on the stream
-    CUDA_CHECK(cudaMemsetAsync(grads_, 0, plan_.n * sizeof(float), stream_));
+    for (const auto& [begin, end] : zeroed_)
+        CUDA_CHECK(cudaMemsetAsync(grads_ + begin, 0, (end - begin) * sizeof(float), stream_));
+    first_backward_ = true;
 }
 
 void TrainableParams::layer_grads_done(int layer) {
-    if (layer < 0) mark(kBackwardEnd);  // the last backward of the step records it last
+    if (layer < 0) {
+        mark(kBackwardEnd);  // the last backward of the step records it last
+        first_backward_ = false;
+    }
     if (dp_) dp_->bucket_done(layer, grads_, stream_);
 }
 

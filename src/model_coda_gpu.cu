@@ -335,7 +335,8 @@ struct GPT2CodaGPU::Impl {
     // dz-producer partials of the LN_f fold; the dX GEMM, B = wte (W = wte^T): LN_f backward
     // (nothing passes through) -> the rows of dres, LN_f's output over x_L, the LN_f gamma and beta
     // gradients, and as its column sums of dres the last layer's fcproj bias gradient; the dW GEMM,
-    // A = LN_f(x)^T, B = dz (cuBLASLt): tied embeddings, so it adds into the wte gradient.
+    // A = LN_f(x)^T, B = dz (cuBLASLt): tied embeddings, so it adds into the wte gradient (the
+    // first chunk of a step's first backward writes it: TrainableParams::first_backward).
     void lm_head_backward(RowRange rows) {
         const int L = cfg.n_layer, C = cfg.n_embd, Vp = cfg.padded_vocab();
         const size_t MC = (size_t)M * C;
@@ -353,7 +354,8 @@ struct GPT2CodaGPU::Impl {
         }
         ln_backward_x(logits, Vp, matrix(p.wte, C), x_final, mu + (size_t)L * M, rstd + (size_t)L * M, v32.lnf_w,
                       v32.lnf_b, false, layer_params(g, L - 1, C).fcproj_b, g.lnf_w, g.lnf_b, rows);
-        matmul.backward_nt_weight(g.wte, x_final + (size_t)rows.begin * C, logits, rows.count, C, Vp, stream);
+        const bool add = !state->first_backward() || rows.begin > 0;
+        matmul.backward_nt_weight(g.wte, x_final + (size_t)rows.begin * C, logits, rows.count, C, Vp, add, stream);
     }
 
     double forward(const int* in_host, const int* tgt_host, bool backward_next, float scale) {
@@ -447,6 +449,8 @@ struct GPT2CodaGPU::Impl {
         const size_t MC = (size_t)M * C;
         // The LM head's backward ran in forward, a chunk at a time (lm_head_backward): dres is the
         // gradient of x_L, and the wte, LN_f and last fcproj bias gradients have their LM head parts.
+        // The dW GEMMs write the weights' gradients in a step's first backward, then add to them.
+        const bool add = !state->first_backward();
         for (int l = L - 1; l >= 0; l--) {
             const LayerParams<bf16> w = layer_params(p, l, C);
             const LayerParams<float> wv = layer_params(v32, l, C), lg = layer_params(g, l, C);
@@ -474,17 +478,17 @@ struct GPT2CodaGPU::Impl {
             }
             // 2. dW_p GEMM, A = g^T, B = dres (cuBLASLt). (The fcproj bias gradient was taken from the
             //    column partials of the epilogue that produced dres: step 9 above, or the LM head dX GEMM.)
-            matmul.backward_weight(lg.fcproj_w, g_buf, dres, M, C4, C, stream);
+            matmul.backward_weight(lg.fcproj_w, g_buf, dres, M, C4, C, add, stream);
             // 3. dX GEMM, A = df, B = Wfc^T: LN2 backward + dres pass-through -> dres' (in place),
             //    LN2's output over x'; column partials -> proj bias, gamma2 and beta2 gradients
             ln_backward_x(df, C4, transposed(w.fc_w, C4), x_mid_l, mu_mid_l, rstd_mid_l, wv.ln2_w, wv.ln2_b, true,
                           lg.proj_b, lg.ln2_w, lg.ln2_b, all_rows());
             // 4. dW_fc GEMM, A = LN2(x')^T, B = df (cuBLASLt)
-            matmul.backward_weight(lg.fc_w, x_mid_l, df, M, C, C4, stream);
+            matmul.backward_weight(lg.fc_w, x_mid_l, df, M, C, C4, add, stream);
             // 5. dY GEMM, A = dres', B = Wo^T -> dy (cuBLASLt)
             matmul.backward_input(dy, dres, w.proj_w, M, C, C, /*accumulate=*/false, stream);
             // 6. dW_o GEMM, A = y^T, B = dres' (cuBLASLt)
-            matmul.backward_weight(lg.proj_w, y_l, dres, M, C, C, stream);
+            matmul.backward_weight(lg.proj_w, y_l, dres, M, C, C, add, stream);
             // 7. attention backward -> dqkv (into g_buf: g was consumed by step 2)
             bf16* const dqkv = g_buf;
             attention.backward(dqkv, dy, qkv_l, y_l, att_lse + (size_t)l * B * NH * T, B, T, NH, HS, stream);
@@ -502,7 +506,7 @@ struct GPT2CodaGPU::Impl {
             ln_backward_x(dqkv, C3, transposed(w.qkv_w, C3), x, mu_l, rstd_l, wv.ln1_w, wv.ln1_b, true,
                           l > 0 ? layer_params(g, l - 1, C).fcproj_b : nullptr, lg.ln1_w, lg.ln1_b, all_rows());
             // 10. dW_qkv GEMM, A = LN1(x)^T, B = dqkv (cuBLASLt)
-            matmul.backward_weight(lg.qkv_w, x, dqkv, M, C, C3, stream);
+            matmul.backward_weight(lg.qkv_w, x, dqkv, M, C, C3, add, stream);
             // Layer l's gradients are complete: its fcproj bias gradient came from step 9 of layer
             // l+1 (for the last layer, from the LM head dX GEMM), the rest from this iteration.
             state->layer_grads_done(l);

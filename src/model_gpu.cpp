@@ -183,8 +183,11 @@ struct GPT2GPU::Impl {
         const int L = cfg.n_layer, C = cfg.n_embd, NH = cfg.n_head, HS = C / NH;
         const int Vp = cfg.padded_vocab(), BT = B * T;
         const size_t BTC = (size_t)BT * C;
+        // The dW GEMMs write the weights' gradients in a step's first backward, then add to them
+        // (TrainableParams::first_backward)
+        const bool add = !state->first_backward();
         // LM head (tied): logits now hold dlogits
-        matmul.backward_nt_weight(g.wte, lnf, logits, BT, C, Vp, stream);
+        matmul.backward_nt_weight(g.wte, lnf, logits, BT, C, Vp, add, stream);
         matmul.backward_nt_input(dbtc, logits, p.wte, BT, C, Vp, /*accumulate=*/false, stream);
         CUDA_CHECK(cudaMemsetAsync(dresidual, 0, BTC * sizeof(bf16), stream));
         layernorm_backward(dresidual, g.lnf_w, g.lnf_b, reduce_scratch, dbtc, residual_in(L), p.lnf_w, lnf_mean,
@@ -203,22 +206,22 @@ struct GPT2GPU::Impl {
             dump(l, {{"dout", dresidual, BTC}}, stream);
             if (l < fch_slots().r) matmul.forward(l_fch, l_ln2, w.fc_w, w.fc_b, BT, C, 4 * C, stream);
             if (l < gelu_slots().r) gelu_forward(gelu_out(l), l_fch, 4 * BTC, stream);
-            matmul.backward_weight(dw.fcproj_w, gelu_out(l), dresidual, BT, 4 * C, C, stream);
+            matmul.backward_weight(dw.fcproj_w, gelu_out(l), dresidual, BT, 4 * C, C, add, stream);
             bias_backward(dw.fcproj_b, reduce_scratch, dresidual, BT, C, stream);
             matmul.backward_input(dbt4c, dresidual, w.fcproj_w, BT, 4 * C, C, false, stream);
             gelu_backward(dbt4c, l_fch, dbt4c, 4 * BTC, stream);
-            matmul.backward_weight(dw.fc_w, l_ln2, dbt4c, BT, C, 4 * C, stream);
+            matmul.backward_weight(dw.fc_w, l_ln2, dbt4c, BT, C, 4 * C, add, stream);
             bias_backward(dw.fc_b, reduce_scratch, dbt4c, BT, 4 * C, stream);
             matmul.backward_input(dbtc, dbt4c, w.fc_w, BT, C, 4 * C, false, stream);
             layernorm_backward(dresidual, dw.ln2_w, dw.ln2_b, reduce_scratch, dbtc, l_res2, w.ln2_w,
                                ln2_mean + l * BT, ln2_rstd + l * BT, BT, C, stream);
             // dresidual is now the gradient of residual2 = residual_in + proj(attention(qkv(ln1)))
-            matmul.backward_weight(dw.proj_w, l_atty, dresidual, BT, C, C, stream);
+            matmul.backward_weight(dw.proj_w, l_atty, dresidual, BT, C, C, add, stream);
             bias_backward(dw.proj_b, reduce_scratch, dresidual, BT, C, stream);
             matmul.backward_input(dbtc, dresidual, w.proj_w, BT, C, C, false, stream);
             attention.backward(dqkv, dbtc, l_qkv, l_atty, lse + (size_t)l * B * NH * T, B, T, NH, HS, stream);
             dump(l, {{"dy", dbtc, BTC}, {"dqkv", dqkv, 3 * BTC}}, stream);
-            matmul.backward_weight(dw.qkv_w, l_ln1, dqkv, BT, C, 3 * C, stream);
+            matmul.backward_weight(dw.qkv_w, l_ln1, dqkv, BT, C, 3 * C, add, stream);
             bias_backward(dw.qkv_b, reduce_scratch, dqkv, BT, 3 * C, stream);
             matmul.backward_input(dbtc, dqkv, w.qkv_w, BT, C, 3 * C, false, stream);
             layernorm_backward(dresidual, dw.ln1_w, dw.ln1_b, reduce_scratch, dbtc, residual_in(l), w.ln1_w,

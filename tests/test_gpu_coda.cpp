@@ -508,7 +508,7 @@ TEST(KernelTrace, FusedStepLaunchesNoLayerNormGeluResidualOrBiasKernel) {
         EXPECT_GE(k.ms, 0.0) << k.name;
         EXPECT_GE(k.idle_ms, 0.0) << k.name;
     }
-    // zero_grad's memset of the fp32 gradients is on the step's timeline, and named so
+    // zero_grad's memsets (of the gradients that kernels add into) are on the step's timeline, named so
     bool gradient_memset = false;
     for (const TracedKernel& k : fused) gradient_memset |= k.memory_op && k.name.rfind("[memset ", 0) == 0;
     EXPECT_TRUE(gradient_memset);

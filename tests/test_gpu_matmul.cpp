@@ -88,11 +88,11 @@ Case backward_input_case(long M, long K, long N, bool acc) {
                 mm.backward_input((bf16*)out, dout, w, (int)M, (int)K, (int)N, acc, 0);
             }};
 }
-// backward_weight: dw[K, N] += inp[M, K]^T dout[M, N]
-Case backward_weight_case(long M, long K, long N) {
-    return {"backward_weight", K, M, N, true, false, true, false, true,
+// backward_weight: dw[K, N] (+)= inp[M, K]^T dout[M, N]
+Case backward_weight_case(long M, long K, long N, bool acc) {
+    return {"backward_weight" + std::string(acc ? "+acc" : ""), K, M, N, true, false, true, false, acc,
             [=](Matmul& mm, void* out, const bf16* inp, const bf16* dout, const bf16*) {
-                mm.backward_weight((float*)out, inp, dout, (int)M, (int)K, (int)N, 0);
+                mm.backward_weight((float*)out, inp, dout, (int)M, (int)K, (int)N, acc, 0);
             }};
 }
 // forward_nt: out[M, N] = a[M, K] b[N, K]^T
@@ -109,11 +109,11 @@ Case backward_nt_input_case(long M, long K, long N, bool acc) {
                 mm.backward_nt_input((bf16*)out, dout, b, (int)M, (int)K, (int)N, acc, 0);
             }};
 }
-// backward_nt_weight: db[N, K] += dout[M, N]^T a[M, K]
-Case backward_nt_weight_case(long M, long K, long N) {
-    return {"backward_nt_weight", N, M, K, true, false, true, false, true,
+// backward_nt_weight: db[N, K] (+)= dout[M, N]^T a[M, K]
+Case backward_nt_weight_case(long M, long K, long N, bool acc) {
+    return {"backward_nt_weight" + std::string(acc ? "+acc" : ""), N, M, K, true, false, true, false, acc,
             [=](Matmul& mm, void* out, const bf16* dout, const bf16* a, const bf16*) {
-                mm.backward_nt_weight((float*)out, a, dout, (int)M, (int)K, (int)N, 0);
+                mm.backward_nt_weight((float*)out, a, dout, (int)M, (int)K, (int)N, acc, 0);
             }};
 }
 
@@ -210,13 +210,15 @@ void run_all(Matmul& mm, long M, long K, long N, uint64_t seed) {
     run_case(mm, forward_case(M, K, N, true), seed);
     run_case(mm, backward_input_case(M, K, N, false), seed + 10);
     run_case(mm, backward_input_case(M, K, N, true), seed + 20);
-    run_case(mm, backward_weight_case(M, K, N), seed + 30);
+    run_case(mm, backward_weight_case(M, K, N, false), seed + 30);
+    run_case(mm, backward_weight_case(M, K, N, true), seed + 40);
 }
 void run_all_nt(Matmul& mm, long M, long K, long N, uint64_t seed) {
     run_case(mm, forward_nt_case(M, K, N), seed);
     run_case(mm, backward_nt_input_case(M, K, N, false), seed + 10);
     run_case(mm, backward_nt_input_case(M, K, N, true), seed + 20);
-    run_case(mm, backward_nt_weight_case(M, K, N), seed + 30);
+    run_case(mm, backward_nt_weight_case(M, K, N, false), seed + 30);
+    run_case(mm, backward_nt_weight_case(M, K, N, true), seed + 40);
 }
 
 TEST(GpuMatmul, AwkwardSmallShape) {
@@ -303,11 +305,11 @@ TEST(GpuMatmul, Throughput1558M) {
             f = median_ms([&] { mm.forward(out, inp, w, bias, (int)M, (int)s.K, (int)s.N, 0); });
             f0 = median_ms([&] { mm.forward(out, inp, w, nullptr, (int)M, (int)s.K, (int)s.N, 0); });
             bi = median_ms([&] { mm.backward_input(dinp, dout, w, (int)M, (int)s.K, (int)s.N, false, 0); });
-            bw = median_ms([&] { mm.backward_weight(dw, inp, dout, (int)M, (int)s.K, (int)s.N, 0); });
+            bw = median_ms([&] { mm.backward_weight(dw, inp, dout, (int)M, (int)s.K, (int)s.N, true, 0); });
         } else {  // logits = x wte^T, dx = dlogits wte, dwte += dlogits^T x
             f = median_ms([&] { mm.forward_nt(out, inp, w, (int)M, (int)s.K, (int)s.N, 0); });
             bi = median_ms([&] { mm.backward_nt_input(dinp, out, w, (int)M, (int)s.K, (int)s.N, false, 0); });
-            bw = median_ms([&] { mm.backward_nt_weight(dw, inp, out, (int)M, (int)s.K, (int)s.N, 0); });
+            bw = median_ms([&] { mm.backward_nt_weight(dw, inp, out, (int)M, (int)s.K, (int)s.N, true, 0); });
         }
         std::printf("  %-24s %8.3f ms %7.1f %10.1f %10.1f %11.1f\n", s.name, f, flop / f * 1e-9,
                     f0 > 0 ? flop / f0 * 1e-9 : 0.0, flop / bi * 1e-9, flop / bw * 1e-9);

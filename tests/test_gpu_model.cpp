@@ -177,6 +177,50 @@ TEST(GPUModel, RecomputeChangesNoBits) {
     }
 }
 
+// zero_grad() clears only the gradients that kernels add into; a step's first backward writes the
+// weight matrices' gradients with its dW GEMMs (written_by_weight_gemms), later ones add to them.
+// So on each path (the fused one with its LM head in one chunk and in three, where only the first
+// chunk's wte GEMM writes): a step's gradients are those of a fresh model on the same batch, bit for
+// bit, whatever the step before left in the buffer; and two micro-batches give the sum of their own
+// gradients (fp32 sums in another order: 1e-5).
+TEST(GPUModel, EachStepsGradientsAreItsOwnAndMicroBatchesAdd) {
+    REQUIRE_GPU();
+    TrainConfig tc;
+    tc.model = ModelConfig{2, 4, 64, 64, 50257};
+    tc.batch_size = 4;
+    tc.seq_len = 64;
+    const std::vector<float> init = gpt2_init_params(tc.model, 5);
+    const std::vector<ParamInfo> layout = param_layout(tc.model);
+    const size_t n = (size_t)tc.batch_size * tc.seq_len;
+    const std::vector<int> in1 = random_tokens(n, 512, 21), tg1 = random_tokens(n, 512, 22);
+    const std::vector<int> in2 = random_tokens(n, 512, 23), tg2 = random_tokens(n, 512, 24);
+    for (const int path : {0, 1, 3}) {  // unfused; fused, its LM head in 1 or 3 chunks
+        SCOPED_TRACE(path == 0 ? "unfused" : "fused, LM head in " + std::to_string(path) + " chunks");
+        auto fresh = [&] {
+            GPUBackendOptions opt;
+            opt.lm_head_chunks = path;
+            std::unique_ptr<TrainBackend> m = path ? make_coda_gpu_backend(tc, opt) : make_gpu_backend(tc, opt);
+            m->load_params(init);
+            return m;
+        };
+        auto step_grads = [](TrainBackend& m, std::initializer_list<std::pair<const int*, const int*>> batches) {
+            m.zero_grad();
+            for (const auto& [in, tg] : batches) m.forward_backward(in, tg, 1.0f);
+            return m.gradients();
+        };
+        const std::unique_ptr<TrainBackend> a = fresh(), b = fresh();
+        const std::vector<float> g1 = step_grads(*a, {{in1.data(), tg1.data()}});
+        const std::vector<float> g2_after_g1 = step_grads(*a, {{in2.data(), tg2.data()}});
+        const std::vector<float> g2 = step_grads(*b, {{in2.data(), tg2.data()}});
+        EXPECT_TRUE(g2_after_g1 == g2) << "the step before leaked into the gradients";
+
+        const std::vector<float> both = step_grads(*a, {{in1.data(), tg1.data()}, {in2.data(), tg2.data()}});
+        std::vector<float> sum(g1.size());
+        for (size_t i = 0; i < sum.size(); i++) sum[i] = g1[i] + g2[i];
+        expect_grads_close(both, sum, layout, 1e-5);
+    }
+}
+
 // The energy meter behind the train records' energy_j_step: on a GPU its counter advances while
 // the GPU trains, at a power between idle and the limit it reports.
 TEST(GPUModel, EnergyCounterAdvancesWhileTraining) {
