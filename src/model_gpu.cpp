@@ -184,7 +184,7 @@ struct GPT2GPU::Impl {
         const int Vp = cfg.padded_vocab(), BT = B * T;
         const size_t BTC = (size_t)BT * C;
         // The dW GEMMs write the weights' gradients in a step's first backward, then add to them
-        // (TrainableParams::first_backward)
+        // (TrainableParams::first_backward).
         const bool add = !state->first_backward();
         // LM head (tied): logits now hold dlogits
         matmul.backward_nt_weight(g.wte, lnf, logits, BT, C, Vp, add, stream);
