@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "config.hpp"
 #include "gpt2_params.hpp"
 #include "rng.hpp"
 
@@ -18,6 +19,16 @@ inline std::vector<int> random_tokens(size_t n, int vocab, uint64_t seed) {
     std::vector<int> t(n);
     for (int& x : t) x = (int)rng.below(vocab);
     return t;
+}
+
+// The GPU tests' small training run: gpt2-tiny's shape (2 layers, 4 heads, C = 64, T = 64) at
+// batch 4, the rest TrainConfig's defaults.
+inline TrainConfig tiny_train_config() {
+    TrainConfig tc;
+    tc.model = ModelConfig{2, 4, 64, 64, 50257};
+    tc.batch_size = 4;
+    tc.seq_len = 64;
+    return tc;
 }
 
 // GPT-2 init (seed 11), then LayerNorm gammas 1 + 0.1 N(0,1), LayerNorm betas and all biases

@@ -486,10 +486,7 @@ TEST(KernelTrace, TimeTable) {
 // the fused step none of them.
 TEST(KernelTrace, FusedStepLaunchesNoLayerNormGeluResidualOrBiasKernel) {
     REQUIRE_GPU();
-    TrainConfig cfg;
-    cfg.model = ModelConfig{2, 4, 64, 64, 50257};
-    cfg.batch_size = 4;
-    cfg.seq_len = 64;
+    const TrainConfig cfg = tiny_train_config();
     const auto in = random_tokens(4 * 64, 50257, 1), tg = random_tokens(4 * 64, 50257, 2);
     auto one_step = [&](TrainBackend& model) {
         model.forward_backward(in.data(), tg.data(), 1.0f);  // the first step builds plans and workspaces

@@ -185,10 +185,7 @@ TEST(GPUModel, RecomputeChangesNoBits) {
 // gradients (fp32 sums in another order: 1e-5).
 TEST(GPUModel, EachStepsGradientsAreItsOwnAndMicroBatchesAdd) {
     REQUIRE_GPU();
-    TrainConfig tc;
-    tc.model = ModelConfig{2, 4, 64, 64, 50257};
-    tc.batch_size = 4;
-    tc.seq_len = 64;
+    const TrainConfig tc = tiny_train_config();
     const std::vector<float> init = gpt2_init_params(tc.model, 5);
     const std::vector<ParamInfo> layout = param_layout(tc.model);
     const size_t n = (size_t)tc.batch_size * tc.seq_len;
@@ -229,10 +226,7 @@ TEST(GPUModel, EnergyCounterAdvancesWhileTraining) {
     ASSERT_TRUE(energy) << "no NVML energy counter for this GPU (libnvidia-ml.so.1 or the counter is missing)";
     const double limit = energy->power_limit_w();
     EXPECT_GT(limit, 0);
-    TrainConfig tc;
-    tc.model = ModelConfig{2, 4, 64, 64, 50257};
-    tc.batch_size = 4;
-    tc.seq_len = 64;
+    const TrainConfig tc = tiny_train_config();
     const std::unique_ptr<TrainBackend> gpu = make_gpu_backend(tc, {});
     const auto in = random_tokens(4 * 64, 512, 1), tg = random_tokens(4 * 64, 512, 2);
     // Long enough for several updates of the driver's counter.
