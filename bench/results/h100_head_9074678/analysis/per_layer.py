@@ -4,18 +4,20 @@
 usage: per_layer.py TRACE...   The forward windows start at each cuDNN attention forward, the
 backward ones at each cuDNN compute_dot_do_o (so a backward window holds the rest of layer l's
 attention backward and qkv stage, then layer l-1's MLP and projection). A kernel's role is its name
-and its ordinal in the window; medians over the windows. The LM head (and everything outside the
-windows) is the step's kernel time less the layers'."""
+and its ordinal in the window; medians over the windows (n_layer - 1 of them: what follows the
+last marker runs into the LM head, or into the embedding's backward, so it makes no window). It
+prints the step's kernel time and each layer's; what lies outside the layers (the LM head, the
+optimizer) is left to the reader's arithmetic."""
 import re, statistics as st, sys
 from collections import defaultdict
 
 def load(path):
     out = []
     for line in open(path):
-        m = re.match(r'\s*([0-9.]+) ms\s+([0-9.]+) idle\s+(.*)', line)
+        m = re.match(r'\s*([0-9.]+) ms\s+[0-9.]+ idle\s+(.*)', line)
         if not m:
             continue
-        n = m.group(3).replace('codagpt::(anonymous namespace)::', '')
+        n = m.group(2).replace('codagpt::(anonymous namespace)::', '')
         if 'gemm_kernel' in n:
             prog = re.findall(r'coda::(\w+)<__nv_bfloat16', n)
             n = 'engine ' + (prog[0] if prog else '?')
