@@ -62,8 +62,8 @@ def recompute_of(r):  # the row's label: the mode, with ":N" where it ran in the
     return r.get("recompute") if n in (None, 0, n_layer(r.get("model"))) else "{}:{}".format(r.get("recompute"), n)
 rows = ["| model | recompute | unfused tok/s | coda tok/s | speedup | unfused GiB | coda GiB | memory saved | "
         "MFU unfused | MFU coda | val loss unfused | val loss coda | rel. diff | torch.compile tok/s | "
-        "J/step unfused | J/step coda | W unfused / coda (limit) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "J/step unfused | J/step coda | W unfused / coda (limit) | SM MHz unfused / coda |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 rows_of = []  # (model, recompute) in the order measured
 for r in records:
     if r.get("system") == "codagpt" and (r.get("model"), recompute_of(r)) not in rows_of:
@@ -88,7 +88,8 @@ for m, rc in rows_of:
         fmt(get(u, "val_loss"), "{:.4f}"), fmt(get(c, "val_loss"), "{:.4f}"), fmt(rel, "{:.3%}"),
         fmt(get(p, "tok_s"), "{:,.0f}"), fmt(get(u, "energy_j_step"), "{:.1f}"), fmt(get(c, "energy_j_step"), "{:.1f}"),
         fmt(get(u, "power_w"), "{:.0f}") + " / " + fmt(get(c, "power_w"), "{:.0f}") +
-        ("" if limit(u, c) is None else " ({:.0f})".format(limit(u, c)))]) + " |")
+        ("" if limit(u, c) is None else " ({:.0f})".format(limit(u, c))),
+        fmt(get(u, "sm_clock_mhz"), "{:.0f}") + " / " + fmt(get(c, "sm_clock_mhz"), "{:.0f}")]) + " |")
 open(sys.argv[2], "w").write("\n".join(rows) + "\n")
 print("\n".join(rows))
 EOF

@@ -1,6 +1,9 @@
 #include "device.hpp"
 
+#include <algorithm>
 #include <utility>
+
+#include "step_phases.hpp"  // median
 
 #ifdef CODAGPT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -53,6 +56,21 @@ struct GpuEnergy::Nvml {
     Return (*shutdown)() = nullptr;
     Return (*total_energy)(Device, unsigned long long*) = nullptr;  // millijoules
     Return (*power_limit)(Device, unsigned int*) = nullptr;          // milliwatts
+    // nvmlSample_t: a CPU timestamp (us) and an 8-byte nvmlValue_t union, read by its nvmlValueType_t
+    struct Sample {
+        unsigned long long timestamp_us;
+        union {
+            double d;
+            unsigned int ui;
+            unsigned long ul;
+            unsigned long long ull;
+            long long sll;
+            int si;
+            unsigned short us;
+        } value;
+    };
+    // nvmlDeviceGetSamples(device, type, lastSeenTimeStamp, valueType, count, samples); optional
+    Return (*samples)(Device, int, unsigned long long, int*, unsigned int*, Sample*) = nullptr;
     ~Nvml() {
 #ifdef CODAGPT_HAVE_CUDA
         if (shutdown) shutdown();
@@ -81,6 +99,7 @@ std::unique_ptr<GpuEnergy> GpuEnergy::open() {
     auto by_bus = reinterpret_cast<Nvml::Return (*)(const char*, Nvml::Device*)>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
     nvml->total_energy = reinterpret_cast<decltype(nvml->total_energy)>(sym("nvmlDeviceGetTotalEnergyConsumption"));
     nvml->power_limit = reinterpret_cast<decltype(nvml->power_limit)>(sym("nvmlDeviceGetEnforcedPowerLimit"));
+    nvml->samples = reinterpret_cast<decltype(nvml->samples)>(sym("nvmlDeviceGetSamples"));
     auto shutdown = reinterpret_cast<Nvml::Return (*)()>(sym("nvmlShutdown"));
     if (!init || !by_bus || !nvml->total_energy || !nvml->power_limit || !shutdown || init() != 0) return nullptr;
     nvml->shutdown = shutdown;  // initialised: shut down with the object
@@ -102,13 +121,42 @@ double GpuEnergy::power_limit_w() const {
     return nvml_->power_limit(nvml_->device, &mw) == 0 ? mw * 1e-3 : -1;
 }
 
+std::vector<double> GpuEnergy::new_sm_clock_samples() {
+    std::vector<double> mhz;
+    constexpr int kProcessorClock = 5;  // NVML_PROCESSOR_CLK_SAMPLES
+    if (!nvml_->samples) return mhz;
+    int type = 0;
+    unsigned int n = 0;  // the call with no buffer says how many there are (NVML_ERROR_NOT_FOUND: none)
+    if (nvml_->samples(nvml_->device, kProcessorClock, clock_seen_us_, &type, &n, nullptr) != 0 || n == 0) return mhz;
+    std::vector<Nvml::Sample> buf(n);
+    if (nvml_->samples(nvml_->device, kProcessorClock, clock_seen_us_, &type, &n, buf.data()) != 0) return mhz;
+    for (unsigned int i = 0; i < n && i < buf.size(); i++) {
+        const Nvml::Sample& s = buf[i];
+        if (s.timestamp_us <= clock_seen_us_) continue;
+        switch (type) {  // nvmlValueType_t
+            case 0: mhz.push_back(s.value.d); break;
+            case 1: mhz.push_back(s.value.ui); break;
+            case 2: mhz.push_back((double)s.value.ul); break;
+            case 3: mhz.push_back((double)s.value.ull); break;
+            case 4: mhz.push_back((double)s.value.sll); break;
+            case 5: mhz.push_back(s.value.si); break;
+            case 6: mhz.push_back(s.value.us); break;
+            default: return {};
+        }
+    }
+    for (unsigned int i = 0; i < n && i < buf.size(); i++) clock_seen_us_ = std::max(clock_seen_us_, buf[i].timestamp_us);
+    return mhz;
+}
+
 // ---------------------------------------------------------------- StepEnergy
-StepEnergy::StepEnergy(std::function<double()> joules, std::function<Clock::time_point()> now)
-    : counter_(std::move(joules)), now_(std::move(now)) {}
+StepEnergy::StepEnergy(std::function<double()> joules, std::function<Clock::time_point()> now,
+                       std::function<std::vector<double>()> sm_clock)
+    : counter_(std::move(joules)), now_(std::move(now)), sm_clock_(std::move(sm_clock)) {}
 
 StepEnergy::Reading StepEnergy::read() const {
     const Clock::time_point at = now_();
-    return {at, counter_()};
+    const double joules = counter_();
+    return {at, joules, sm_clock_ ? sm_clock_() : std::vector<double>{}};
 }
 
 void StepEnergy::before_step() {
@@ -121,6 +169,7 @@ void StepEnergy::after_step() {
     const Reading r = read();
     joules_.push_back(have_reading_ && last_.joules >= 0 && r.joules >= 0 ? r.joules - last_.joules : NAN);
     seconds_.push_back(have_reading_ ? std::chrono::duration<double>(r.at - last_.at).count() : NAN);
+    mhz_.push_back(have_reading_ ? r.mhz : std::vector<double>{});
     last_ = r;
     have_reading_ = true;
 }
@@ -130,8 +179,14 @@ void StepEnergy::interrupt() { have_reading_ = false; }
 StepEnergy::Summary StepEnergy::summary(size_t first) const {
     if (first >= joules_.size()) return {};
     double joules = 0, seconds = 0;
-    for (size_t i = first; i < joules_.size(); i++) joules += joules_[i], seconds += seconds_[i];
-    return {joules / (double)(joules_.size() - first), joules / seconds};
+    std::vector<double> mhz;
+    for (size_t i = first; i < joules_.size(); i++) {
+        joules += joules_[i], seconds += seconds_[i];
+        mhz.insert(mhz.end(), mhz_[i].begin(), mhz_[i].end());
+    }
+    const size_t samples = mhz.size();
+    return {joules / (double)(joules_.size() - first), joules / seconds, samples ? median(std::move(mhz)) : NAN,
+            samples};
 }
 
 }  // namespace codagpt

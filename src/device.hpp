@@ -31,11 +31,16 @@ public:
     double joules() const;
     // The enforced power limit in watts, or -1 when unknown.
     double power_limit_w() const;
+    // The SM clock samples (MHz) the driver has taken since the last call: it keeps a short buffer
+    // of them (nvmlDeviceGetSamples), so reading it between steps needs no polling thread. Empty
+    // where the driver keeps none or the read fails.
+    std::vector<double> new_sm_clock_samples();
 
 private:
     struct Nvml;
     explicit GpuEnergy(std::unique_ptr<Nvml> nvml);
     std::unique_ptr<Nvml> nvml_;
+    unsigned long long clock_seen_us_ = 0;  // the newest clock sample's timestamp read so far
 };
 
 // The energy of training steps from a cumulative counter (GpuEnergy::joules), read between steps,
@@ -43,20 +48,27 @@ private:
 // steps share the reading between them (the call's lag cancels in the differences); other work
 // since the last reading (an evaluation, a sample, a checkpoint, a skipped step) is left out by
 // interrupt(): the next step reads afresh. A step's energy runs from the reading before it to the
-// one after it, so it includes one reading's idle time.
+// one after it, so it includes one reading's idle time. With a clock source, each reading also
+// takes the SM clock samples the driver took since the last one; a step keeps those of the reading
+// after it (those of a fresh reading, after other work, are dropped), so that the summary says at
+// what clock the power limit left the steps.
 class StepEnergy {
 public:
     using Clock = std::chrono::steady_clock;
-    // joules: the counter (< 0 when a read fails); now: the clock (replaceable for tests).
-    explicit StepEnergy(std::function<double()> joules, std::function<Clock::time_point()> now = Clock::now);
+    // joules: the counter (< 0 when a read fails); now: the clock (replaceable for tests);
+    // sm_clock: the SM clock samples (MHz) since its last call (GpuEnergy::new_sm_clock_samples), or null.
+    explicit StepEnergy(std::function<double()> joules, std::function<Clock::time_point()> now = Clock::now,
+                        std::function<std::vector<double>()> sm_clock = nullptr);
     void before_step();  // a reading, unless the one after the previous step still stands
     void after_step();   // a reading: the step's joules, and the seconds since the reading before it
     void interrupt();    // work other than steps since the last reading
     size_t steps() const { return joules_.size(); }
     // Over the steps from `first` on: joules a step, and the mean power (their joules over the time
-    // between their readings); NaN where a read failed or no step is left.
+    // between their readings); NaN where a read failed or no step is left. sm_clock_mhz: the upper
+    // median of their clock samples (NaN without any), clock_samples: how many there were.
     struct Summary {
-        double joules_per_step = NAN, watts = NAN;
+        double joules_per_step = NAN, watts = NAN, sm_clock_mhz = NAN;
+        size_t clock_samples = 0;
     };
     Summary summary(size_t first) const;
 
@@ -64,13 +76,16 @@ private:
     struct Reading {
         Clock::time_point at;  // the call's start
         double joules;
+        std::vector<double> mhz;  // the clock samples since the reading before
     };
     Reading read() const;
     std::function<double()> counter_;
     std::function<Clock::time_point()> now_;
+    std::function<std::vector<double>()> sm_clock_;
     bool have_reading_ = false;  // the reading after the last step, still standing
     Reading last_{};
     std::vector<double> joules_, seconds_;  // a step each
+    std::vector<std::vector<double>> mhz_;  // a step each
 };
 
 }  // namespace codagpt

@@ -353,7 +353,9 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // The lead rank's GPU energy a step (null where NVML or its counter is missing).
     const std::unique_ptr<GpuEnergy> energy = lead && !gpu.empty() ? GpuEnergy::open() : nullptr;
     std::optional<StepEnergy> step_energy;
-    if (energy) step_energy.emplace([&] { return energy->joules(); });
+    if (energy)
+        step_energy.emplace([&] { return energy->joules(); }, StepEnergy::Clock::now,
+                            [&] { return energy->new_sm_clock_samples(); });
     // FLOPs per token of forward + backward: 6N for the weights, 6LCT for causal attention scores.
     const double flops_per_token = 6.0 * model->num_params() + 6.0 * mc.n_layer * mc.n_embd * T;
     const double peak = peak_bf16_flops(gpu) * ranks;  // MFU of the job: one GPU per rank
@@ -637,7 +639,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     const size_t skip = std::min<size_t>(3, step_ms.size() / 2);
     // The GPU's energy a steady step and its mean power over those steps (NaN where unmeasured).
     const StepEnergy::Summary steady_energy = step_energy ? step_energy->summary(skip) : StepEnergy::Summary{};
-    const double energy_j_step = steady_energy.joules_per_step, power_w = steady_energy.watts;
+    const double energy_j_step = steady_energy.joules_per_step, power_w = steady_energy.watts,
+                 sm_clock_mhz = steady_energy.sm_clock_mhz;
     const double power_limit_w = energy ? energy->power_limit_w() : -1;
     if (steps_run > 0)
         std::printf("done: %d steps in %.1f s | final train loss %.4f | val loss %.4f | %.0f tok/s", steps_run,
@@ -648,6 +651,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     if (std::isfinite(energy_j_step)) {
         std::printf(" | %.1f J/step at %.0f W", energy_j_step, power_w);
         if (power_limit_w > 0) std::printf(" (limit %.0f W)", power_limit_w);
+        if (std::isfinite(sm_clock_mhz)) std::printf(", SM clock %.0f MHz", sm_clock_mhz);
     }
     std::printf("\n");
     nlohmann::json phase_json;  // --phase-times: steady-state medians, after the first two steps
@@ -685,6 +689,9 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             rec["energy_j_step"] = energy_j_step;  // the lead rank's GPU
             rec["power_w"] = power_w;
             rec["power_limit_w"] = power_limit_w > 0 ? nlohmann::json(power_limit_w) : nlohmann::json(nullptr);
+            // the median of the driver's SM clock samples over the same steps, and how many
+            rec["sm_clock_mhz"] = std::isfinite(sm_clock_mhz) ? nlohmann::json(sm_clock_mhz) : nlohmann::json(nullptr);
+            rec["sm_clock_samples"] = steady_energy.clock_samples;
         }
         stamp_record(rec, opt.command);
         append_record(opt.bench_json, rec);

@@ -3,6 +3,7 @@
 // below are a few bf16 roundings (2^-8 = 3.9e-3 relative each) compounded through the layers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "model_gpu.hpp"
 #include "model_test_util.hpp"
 #include "optim_cpu.hpp"
+#include "step_phases.hpp"  // median
 
 using namespace codagpt;
 using namespace codagpt::test;
@@ -246,4 +248,40 @@ TEST(GPUModel, EnergyCounterAdvancesWhileTraining) {
     std::printf("  %.1f J in %.2f s: %.0f W (limit %.0f W)\n", j1 - j0, seconds, watts, limit);
     EXPECT_GT(watts, 10);
     EXPECT_LT(watts, 1.2 * limit);
+}
+
+// The SM clock behind the train records' sm_clock_mhz: the driver's clock samples, read between
+// steps, come in while the GPU trains, each a clock a GPU can run at, and a read takes only the
+// samples since the last.
+TEST(GPUModel, ClockSamplesComeInWhileTraining) {
+    REQUIRE_GPU();
+    const std::unique_ptr<GpuEnergy> energy = GpuEnergy::open();
+    ASSERT_TRUE(energy) << "no NVML for this GPU (libnvidia-ml.so.1 is missing)";
+    energy->new_sm_clock_samples();  // whatever the driver kept from before
+    const TrainConfig tc = tiny_train_config();
+    const std::unique_ptr<TrainBackend> gpu = make_gpu_backend(tc, {});
+    const auto in = random_tokens(4 * 64, 512, 1), tg = random_tokens(4 * 64, 512, 2);
+    std::vector<double> mhz;
+    size_t reads = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 2.0) {
+        gpu->zero_grad();
+        gpu->forward_backward(in.data(), tg.data(), 1.0f);
+        gpu->update(1e-4, tc);  // synchronizes
+        const std::vector<double> got = energy->new_sm_clock_samples();
+        mhz.insert(mhz.end(), got.begin(), got.end());
+        reads++;
+    }
+    std::printf("  %zu clock samples in 2 s over %zu reads; median %.0f MHz\n", mhz.size(), reads,
+                mhz.empty() ? 0.0 : median(mhz));
+    ASSERT_GE(mhz.size(), 2u);
+    // A read right after another finds at most the few samples taken in between, not the
+    // driver's whole buffer again.
+    const size_t again = energy->new_sm_clock_samples().size();
+    std::printf("  a read right after: %zu samples\n", again);
+    EXPECT_LT(again, std::max<size_t>(2, mhz.size() / 10));
+    for (double f : mhz) {
+        EXPECT_GT(f, 100);
+        EXPECT_LT(f, 4000);
+    }
 }

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "backend.hpp"
@@ -434,6 +435,58 @@ TEST(StepEnergy, AFailedReadingLeavesItsStepsUnknown) {
     EXPECT_TRUE(std::isnan(e.summary(1).watts));
     EXPECT_DOUBLE_EQ(e.summary(2).joules_per_step, 7300.0);
     EXPECT_DOUBLE_EQ(e.summary(2).watts, 7300.0 / 13);
+}
+
+// The SM clock samples: the fake driver takes one a second of its clock, at 345 MHz while a
+// reading runs (3 s) and at the work's clock otherwise; each reading takes those since the last.
+namespace {
+struct FakeClockMeter : FakeMeter {
+    std::vector<double> pending;
+    double read() {
+        const double j = FakeMeter::read();  // 3 s idle
+        pending.insert(pending.end(), 3, 345.0);
+        return j;
+    }
+    void work(double s, double watts, double mhz) {
+        run(s, watts);
+        pending.insert(pending.end(), (size_t)s, mhz);
+    }
+    std::vector<double> samples() { return std::exchange(pending, {}); }
+};
+}  // namespace
+
+TEST(StepEnergy, ClockSamplesAreTheStepsOwnAndOtherWorksAreDropped) {
+    FakeClockMeter m;
+    StepEnergy e([&] { return m.read(); }, [&] { return m.now(); }, [&] { return m.samples(); });
+    auto step = [&](double seconds, double mhz) {
+        e.before_step();
+        m.work(seconds, 700, mhz);
+        e.after_step();
+    };
+    m.work(50, 100, 210);  // idle before the run: the first reading's samples, dropped
+    step(20, 1500);
+    step(20, 1500);
+    m.work(100, 300, 1980);  // an evaluation between steps: its samples are no step's
+    e.interrupt();
+    step(10, 1400);
+    ASSERT_EQ(e.steps(), 3u);
+    // Each step keeps its own samples and the 3 of the reading after it: 9 at 345, 40 at 1500
+    // and 10 at 1400 in all, whose upper median is 1500; any of the 150 at 210 or 1980 left in
+    // would move it to one of those.
+    const StepEnergy::Summary all = e.summary(0);
+    EXPECT_EQ(all.clock_samples, 59u);
+    EXPECT_DOUBLE_EQ(all.sm_clock_mhz, 1500.0);
+    const StepEnergy::Summary last = e.summary(2);
+    EXPECT_EQ(last.clock_samples, 13u);
+    EXPECT_DOUBLE_EQ(last.sm_clock_mhz, 1400.0);
+    // Without a clock source, or with no sample in the steps: no clock.
+    FakeMeter plain;
+    StepEnergy no_clock([&] { return plain.read(); }, [&] { return plain.now(); });
+    no_clock.before_step();
+    plain.run(10, 700);
+    no_clock.after_step();
+    EXPECT_EQ(no_clock.summary(0).clock_samples, 0u);
+    EXPECT_TRUE(std::isnan(no_clock.summary(0).sm_clock_mhz));
 }
 
 TEST_F(TrainRun, PhaseTimesNeedAGpu) {
