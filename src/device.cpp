@@ -1,6 +1,5 @@
 #include "device.hpp"
 
-#include <algorithm>
 #include <utility>
 
 #include "step_phases.hpp"  // median
@@ -56,21 +55,7 @@ struct GpuEnergy::Nvml {
     Return (*shutdown)() = nullptr;
     Return (*total_energy)(Device, unsigned long long*) = nullptr;  // millijoules
     Return (*power_limit)(Device, unsigned int*) = nullptr;          // milliwatts
-    // nvmlSample_t: a CPU timestamp (us) and an 8-byte nvmlValue_t union, read by its nvmlValueType_t
-    struct Sample {
-        unsigned long long timestamp_us;
-        union {
-            double d;
-            unsigned int ui;
-            unsigned long ul;
-            unsigned long long ull;
-            long long sll;
-            int si;
-            unsigned short us;
-        } value;
-    };
-    // nvmlDeviceGetSamples(device, type, lastSeenTimeStamp, valueType, count, samples); optional
-    Return (*samples)(Device, int, unsigned long long, int*, unsigned int*, Sample*) = nullptr;
+    Return (*clock_info)(Device, int, unsigned int*) = nullptr;      // MHz; optional
     ~Nvml() {
 #ifdef CODAGPT_HAVE_CUDA
         if (shutdown) shutdown();
@@ -80,7 +65,14 @@ struct GpuEnergy::Nvml {
 };
 
 GpuEnergy::GpuEnergy(std::unique_ptr<Nvml> nvml) : nvml_(std::move(nvml)) {}
-GpuEnergy::~GpuEnergy() = default;
+GpuEnergy::~GpuEnergy() {
+    {
+        std::lock_guard<std::mutex> lock(clock_mutex_);
+        clock_stop_ = true;
+    }
+    clock_wake_.notify_all();
+    if (clock_thread_.joinable()) clock_thread_.join();  // before NVML shuts down
+}
 
 std::unique_ptr<GpuEnergy> GpuEnergy::open() {
 #ifdef CODAGPT_HAVE_CUDA
@@ -99,7 +91,7 @@ std::unique_ptr<GpuEnergy> GpuEnergy::open() {
     auto by_bus = reinterpret_cast<Nvml::Return (*)(const char*, Nvml::Device*)>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
     nvml->total_energy = reinterpret_cast<decltype(nvml->total_energy)>(sym("nvmlDeviceGetTotalEnergyConsumption"));
     nvml->power_limit = reinterpret_cast<decltype(nvml->power_limit)>(sym("nvmlDeviceGetEnforcedPowerLimit"));
-    nvml->samples = reinterpret_cast<decltype(nvml->samples)>(sym("nvmlDeviceGetSamples"));
+    nvml->clock_info = reinterpret_cast<decltype(nvml->clock_info)>(sym("nvmlDeviceGetClockInfo"));
     auto shutdown = reinterpret_cast<Nvml::Return (*)()>(sym("nvmlShutdown"));
     if (!init || !by_bus || !nvml->total_energy || !nvml->power_limit || !shutdown || init() != 0) return nullptr;
     nvml->shutdown = shutdown;  // initialised: shut down with the object
@@ -121,31 +113,27 @@ double GpuEnergy::power_limit_w() const {
     return nvml_->power_limit(nvml_->device, &mw) == 0 ? mw * 1e-3 : -1;
 }
 
+namespace {
+constexpr int kNvmlSmClock = 1;  // NVML_CLOCK_SM
+constexpr std::chrono::milliseconds kClockPeriod{20};
+}  // namespace
+
 std::vector<double> GpuEnergy::new_sm_clock_samples() {
-    std::vector<double> mhz;
-    constexpr int kProcessorClock = 5;  // NVML_PROCESSOR_CLK_SAMPLES
-    if (!nvml_->samples) return mhz;
-    int type = 0;
-    unsigned int n = 0;  // the call with no buffer says how many there are (NVML_ERROR_NOT_FOUND: none)
-    if (nvml_->samples(nvml_->device, kProcessorClock, clock_seen_us_, &type, &n, nullptr) != 0 || n == 0) return mhz;
-    std::vector<Nvml::Sample> buf(n);
-    if (nvml_->samples(nvml_->device, kProcessorClock, clock_seen_us_, &type, &n, buf.data()) != 0) return mhz;
-    for (unsigned int i = 0; i < n && i < buf.size(); i++) {
-        const Nvml::Sample& s = buf[i];
-        if (s.timestamp_us <= clock_seen_us_) continue;
-        switch (type) {  // nvmlValueType_t
-            case 0: mhz.push_back(s.value.d); break;
-            case 1: mhz.push_back(s.value.ui); break;
-            case 2: mhz.push_back((double)s.value.ul); break;
-            case 3: mhz.push_back((double)s.value.ull); break;
-            case 4: mhz.push_back((double)s.value.sll); break;
-            case 5: mhz.push_back(s.value.si); break;
-            case 6: mhz.push_back(s.value.us); break;
-            default: return {};
-        }
+    std::unique_lock<std::mutex> lock(clock_mutex_);
+    if (!clock_thread_.joinable() && nvml_->clock_info) {
+        clock_thread_ = std::thread([this] {
+            std::unique_lock<std::mutex> lk(clock_mutex_);
+            while (!clock_stop_) {
+                lk.unlock();
+                unsigned int mhz = 0;
+                const bool ok = nvml_->clock_info(nvml_->device, kNvmlSmClock, &mhz) == 0;
+                lk.lock();
+                if (ok) clock_mhz_.push_back(mhz);
+                clock_wake_.wait_for(lk, kClockPeriod, [this] { return clock_stop_; });
+            }
+        });
     }
-    for (unsigned int i = 0; i < n && i < buf.size(); i++) clock_seen_us_ = std::max(clock_seen_us_, buf[i].timestamp_us);
-    return mhz;
+    return std::exchange(clock_mhz_, {});
 }
 
 // ---------------------------------------------------------------- StepEnergy

@@ -2,9 +2,12 @@
 #pragma once
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace codagpt {
@@ -31,16 +34,21 @@ public:
     double joules() const;
     // The enforced power limit in watts, or -1 when unknown.
     double power_limit_w() const;
-    // The SM clock samples (MHz) the driver has taken since the last call: it keeps a short buffer
-    // of them (nvmlDeviceGetSamples), so reading it between steps needs no polling thread. Empty
-    // where the driver keeps none or the read fails.
+    // The SM clock (MHz) every 20 ms since the last call, as nvidia-smi -lms samples it: the first
+    // call starts a thread that reads it (nvmlDeviceGetClockInfo) until this object goes. (The
+    // driver's own sample buffer, nvmlDeviceGetSamples, keeps none for the clock on an H100 with
+    // driver 580.) Empty where NVML cannot read the clock.
     std::vector<double> new_sm_clock_samples();
 
 private:
     struct Nvml;
     explicit GpuEnergy(std::unique_ptr<Nvml> nvml);
     std::unique_ptr<Nvml> nvml_;
-    unsigned long long clock_seen_us_ = 0;  // the newest clock sample's timestamp read so far
+    std::mutex clock_mutex_;  // guards the two below
+    std::vector<double> clock_mhz_;
+    bool clock_stop_ = false;
+    std::condition_variable clock_wake_;
+    std::thread clock_thread_;
 };
 
 // The energy of training steps from a cumulative counter (GpuEnergy::joules), read between steps,
