@@ -57,9 +57,9 @@ private:
 // since the last reading (an evaluation, a sample, a checkpoint, a skipped step) is left out by
 // interrupt(): the next step reads afresh. A step's energy runs from the reading before it to the
 // one after it, so it includes one reading's idle time. With a clock source, each reading also
-// takes the SM clock samples the driver took since the last one; a step keeps those of the reading
-// after it (those of a fresh reading, after other work, are dropped), so that the summary says at
-// what clock the power limit left the steps.
+// takes the SM clock samples taken since the last one; a step keeps those of the reading after it
+// (those of a fresh reading, after other work, are dropped), so that the summary says at what
+// clock the power limit left the steps.
 class StepEnergy {
 public:
     using Clock = std::chrono::steady_clock;

@@ -689,7 +689,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
             rec["energy_j_step"] = energy_j_step;  // the lead rank's GPU
             rec["power_w"] = power_w;
             rec["power_limit_w"] = power_limit_w > 0 ? nlohmann::json(power_limit_w) : nlohmann::json(nullptr);
-            // the median of the driver's SM clock samples over the same steps, and how many
+            // the median SM clock (sampled every 20 ms) over the same steps, and how many samples
             rec["sm_clock_mhz"] = std::isfinite(sm_clock_mhz) ? nlohmann::json(sm_clock_mhz) : nlohmann::json(nullptr);
             rec["sm_clock_samples"] = steady_energy.clock_samples;
         }
