@@ -154,11 +154,11 @@ void StepEnergy::before_step() {
 }
 
 void StepEnergy::after_step() {
-    const Reading r = read();
+    Reading r = read();
     joules_.push_back(have_reading_ && last_.joules >= 0 && r.joules >= 0 ? r.joules - last_.joules : NAN);
     seconds_.push_back(have_reading_ ? std::chrono::duration<double>(r.at - last_.at).count() : NAN);
-    mhz_.push_back(have_reading_ ? r.mhz : std::vector<double>{});
-    last_ = r;
+    mhz_.push_back(have_reading_ ? std::move(r.mhz) : std::vector<double>{});  // the step's; none kept in last_
+    last_ = std::move(r);
     have_reading_ = true;
 }
 

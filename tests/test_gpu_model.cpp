@@ -250,14 +250,14 @@ TEST(GPUModel, EnergyCounterAdvancesWhileTraining) {
     EXPECT_LT(watts, 1.2 * limit);
 }
 
-// The SM clock behind the train records' sm_clock_mhz: the driver's clock samples, read between
+// The SM clock behind the train records' sm_clock_mhz: the sampler's readings, taken between
 // steps, come in while the GPU trains, each a clock a GPU can run at, and a read takes only the
 // samples since the last.
 TEST(GPUModel, ClockSamplesComeInWhileTraining) {
     REQUIRE_GPU();
     const std::unique_ptr<GpuEnergy> energy = GpuEnergy::open();
     ASSERT_TRUE(energy) << "no NVML for this GPU (libnvidia-ml.so.1 is missing)";
-    energy->new_sm_clock_samples();  // whatever the driver kept from before
+    energy->new_sm_clock_samples();  // starts the sampler (nothing read yet)
     const TrainConfig tc = tiny_train_config();
     const std::unique_ptr<TrainBackend> gpu = make_gpu_backend(tc, {});
     const auto in = random_tokens(4 * 64, 512, 1), tg = random_tokens(4 * 64, 512, 2);
