@@ -1,10 +1,12 @@
-// The tensor cores' rate for the wgmma issue patterns of the engine's tile configurations, with
-// nothing else running: no copy engine, no epilogue, operands resident in shared memory. Each
-// warpgroup of a block runs the k-loop of one consumer (per k-block of 64: for each k16 step, FM
-// wgmmas of m64nN sharing one B, then commit and wait for all but the last group, as
-// gemm_sm90.cuh's mainloop does), over the same shared-memory stage again and again.
+// The tensor cores' rate and energy for the wgmma issue patterns of the engine's tile
+// configurations, with nothing else running: no copy engine, no epilogue, operands resident in
+// shared memory. Each warpgroup of a block runs the k-loop of one consumer (per k-block of 64: for
+// each k16 step, FM wgmmas of m64nN sharing one B, then commit and wait for all but the last group,
+// as gemm_sm90.cuh's mainloop does), cycling over as many stages of distinct operands as shared
+// memory holds (a mainloop's k-blocks bring new bits to the tensor cores, whose power depends on
+// them).
 //
-//   bench_wgmma [--iters N]
+//   bench_wgmma [--iters N] [--energy SECONDS] [--json FILE]
 //
 // Prints, for each pattern, dense bf16 flop per clock per SM (4096 is the tensor cores' peak) on one
 // block (one SM) and on a block per SM (the median block), both from clock64, and the launch's
@@ -12,15 +14,37 @@
 // peak on its own (ping-pong runs one consumer's mainloop at a time), or does it take two
 // warpgroups at once, as the cooperative tiles have; do wider wgmmas (n256, n320) or A from
 // registers (loaded by ldmatrix, as an RS mainloop would) change the rate.
+//
+// --energy S: each pattern again on every SM, back to back for about S seconds, with NVML's energy
+// counter read around the run (bench_util.cuh's sustained) and the SM clock sampled every 20 ms:
+// watts, the median clock, TFLOP/s and picojoules a flop. Beside them, the operand traffic a
+// mainloop adds, on its own: 1D bulk copies (the copy engine's path, as the mainloop's tensor
+// copies take) from a 16 MiB buffer that stays in L2 and from a 4 GiB one that streams from DRAM
+// into shared memory on every SM, in picojoules a byte; and every SM asleep (nanosleep), the
+// baseline the "above idle" columns subtract (its watts times the run's time). Where a GPU runs at
+// its power limit a kernel's time follows its joules, so these per-unit costs say which of a
+// GEMM's resources (its tensor work by issue pattern, its L2 and DRAM bytes, from Nsight Compute's
+// counters) its energy, and so its speed there, goes to. --json appends a "unit_energy" record a
+// row (../shared/design/RESULTS.md's common keys, then part, pattern, ms, w, sm_mhz, seconds, and
+// tflops and pj_flop, or gbs and pj_byte).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "bench_util.cuh"
+#include "device.hpp"
 #include "gemm_sm90.cuh"
+#include "results.hpp"
+
+using namespace codagpt;
 
 namespace {
 
@@ -84,15 +108,16 @@ __device__ inline unsigned char* fill_operands(unsigned char* raw, int bytes) {
 }
 
 // Ends the timed loop begun at clock t0: the last wgmmas retired, the block's cycles to cycles[],
-// the accumulators' sum to out[] (so that no wgmma is dead code).
-template <int FM, int NH>
+// the accumulators' sum to out[] (so that no wgmma is dead code). SYNC: the block's last warpgroup
+// sets the time (every thread of the block comes here).
+template <bool SYNC = true, int FM, int NH>
 __device__ inline void finish(float (&acc)[FM][NH], long long t0, float* out, long long* cycles) {
     ptx::wgmma_wait<0>();
 #pragma unroll
     for (int fm = 0; fm < FM; fm++)
 #pragma unroll
         for (int j = 0; j < NH; j++) ptx::fence_operand(acc[fm][j]);
-    __syncthreads();
+    if (SYNC) __syncthreads();
     const long long t1 = clock64();
     float sum = 0.f;
 #pragma unroll
@@ -104,27 +129,29 @@ __device__ inline void finish(float (&acc)[FM][NH], long long t0, float* out, lo
 }
 #endif
 
-// N: the wgmma's n; FM: m64 blocks a warpgroup (wgmmas a k16 step sharing B); WGS: warpgroups a
-// block, all issuing at once. Shared memory: each warpgroup's A (FM x 64 rows) and one B (N rows).
-template <int N, int FM, int WGS>
-__global__ void __launch_bounds__(128 * WGS) wgmma_loop(float* out, long long* cycles, int iters) {
+// Shared memory a block of these kernels takes (one block an SM); a pattern's stages fill it.
+constexpr int kSmemBytes = 200 * 1024;
+// Operand stages a pattern cycles over: as many of `stage_bytes` as fit (beside the 1 KB the base
+// may need for the swizzle's alignment), at most 8.
+__host__ __device__ constexpr int stages_for(int stage_bytes) {
+    return (kSmemBytes - 1024) / stage_bytes < 8 ? (kSmemBytes - 1024) / stage_bytes : 8;
+}
+
 #ifdef CODA_SM90_DEVICE
-    extern __shared__ unsigned char smem_raw[];
-    constexpr int kABytes = FM * 64 * 128, kBBytes = N * 128;
-    unsigned char* smem = fill_operands(smem_raw, WGS * kABytes + kBBytes);
-    const int wg = threadIdx.x / 128;
-    const uint32_t a_lo = ptx::desc_lo(ptx::smem_addr(smem + wg * kABytes));
-    const uint32_t b_lo = ptx::desc_lo(ptx::smem_addr(smem + WGS * kABytes));
+// One warpgroup's k-loop from clock t0 on: `iters` k-blocks, k-block `it` on stage it % STAGES
+// (stages STAGE_BYTES apart; this warpgroup's A and the stage's B at descriptors a_lo0, b_lo0 in
+// stage 0): for each k16 step FM wgmmas of m64nN sharing B, then commit and wait for all but the
+// last group.
+template <int N, int FM, int STAGES, int STAGE_BYTES>
+__device__ inline void kloop(float (&acc)[FM][N / 2], uint32_t a_lo0, uint32_t b_lo0, int iters) {
     using Mma = ptx::Wgmma<N, 0, 0>;
-    float acc[FM][N / 2];
 #pragma unroll
     for (int fm = 0; fm < FM; fm++)
 #pragma unroll
         for (int j = 0; j < N / 2; j++) acc[fm][j] = 0.f;
-
-    __syncthreads();
-    const long long t0 = clock64();
+    int stage = 0;
     for (int it = 0; it < iters; it++) {
+        const uint32_t a_lo = a_lo0 + stage * (STAGE_BYTES / 16), b_lo = b_lo0 + stage * (STAGE_BYTES / 16);
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; kk++) {
@@ -135,7 +162,28 @@ __global__ void __launch_bounds__(128 * WGS) wgmma_loop(float* out, long long* c
         }
         ptx::wgmma_commit();
         ptx::wgmma_wait<1>();
+        if (++stage == STAGES) stage = 0;
     }
+}
+#endif
+
+// N: the wgmma's n; FM: m64 blocks a warpgroup (wgmmas a k16 step sharing B); WGS: warpgroups a
+// block, all issuing at once. A stage: each warpgroup's A (FM x 64 rows), then one B (N rows).
+template <int N, int FM, int WGS>
+__global__ void __launch_bounds__(128 * WGS) wgmma_loop(float* out, long long* cycles, int iters) {
+#ifdef CODA_SM90_DEVICE
+    extern __shared__ unsigned char smem_raw[];
+    constexpr int kABytes = FM * 64 * 128, kBBytes = N * 128, kStageBytes = WGS * kABytes + kBBytes;
+    constexpr int kStages = stages_for(kStageBytes);
+    static_assert(kStages >= 1 && kStageBytes % 1024 == 0, "a stage fits and keeps the swizzle's alignment");
+    unsigned char* smem = fill_operands(smem_raw, kStages * kStageBytes);
+    const int wg = threadIdx.x / 128;
+    const uint32_t a_lo0 = ptx::desc_lo(ptx::smem_addr(smem + wg * kABytes));
+    const uint32_t b_lo0 = ptx::desc_lo(ptx::smem_addr(smem + WGS * kABytes));
+    float acc[FM][N / 2];
+    __syncthreads();
+    const long long t0 = clock64();
+    kloop<N, FM, kStages, kStageBytes>(acc, a_lo0, b_lo0, iters);
     finish(acc, t0, out, cycles);
 #endif
 }
@@ -186,6 +234,81 @@ __global__ void __launch_bounds__(128) wgmma_rs_loop(float* out, long long* cycl
 #endif
 }
 
+// The operand traffic alone: one block an SM, one thread of it streaming `pieces` 16 KB pieces
+// of `src` into a ring of kSlots slots of shared memory by 1D bulk copies
+// (cp.async.bulk...mbarrier::complete_tx, the copy engine's path), kSlots in flight. Block b starts
+// at byte b * block_stride of the span and walks on by a piece, wrapping at `span` (a multiple of
+// the piece): a span that fits in L2 is read from L2 after its first pass; a span of gigabytes,
+// with blocks far apart, streams from DRAM.
+constexpr int kPiece = 16 * 1024, kSlots = 12;
+#ifdef CODA_SM90_DEVICE
+// The streaming thread's loop: `slots` slots of the ring at shared address `ring`, their barriers
+// at `full` (initialized here).
+__device__ inline void stream_pieces(const unsigned char* src, long span, long block_stride, int pieces, uint32_t ring,
+                                     uint64_t* full, int slots) {
+    for (int s = 0; s < slots; s++) ptx::mbar_init(ptx::smem_addr(&full[s]), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    long at = blockIdx.x * block_stride % span;
+    auto wait = [&](int p) { ptx::mbar_wait(ptx::smem_addr(&full[p % slots]), (uint32_t)(p / slots - 1) & 1); };
+    for (int p = 0; p < pieces; p++) {
+        const int slot = p % slots;
+        if (p >= slots) wait(p);  // the slot's last piece has landed
+        const uint32_t bar = ptx::smem_addr(&full[slot]);
+        ptx::mbar_expect_tx(bar, kPiece);
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                ring + slot * kPiece),
+            "l"(src + at), "r"(kPiece), "r"(bar)
+            : "memory");
+        at += kPiece;
+        if (at == span) at = 0;
+    }
+    for (int p = max(pieces, slots); p < pieces + slots; p++) wait(p);  // the last pieces land
+}
+#endif
+
+__global__ void __launch_bounds__(32) bulk_copy_loop(const unsigned char* src, long span, long block_stride,
+                                                     int pieces) {
+#ifdef CODA_SM90_DEVICE
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t full[kSlots];
+    if (threadIdx.x == 0)
+        stream_pieces(src, span, block_stride, pieces, (ptx::smem_addr(smem_raw) + 127u) & ~127u, full, kSlots);
+#endif
+}
+
+// Both at once, as a ping-pong mainloop has them: one warpgroup issuing 2 x m64n128 a k16 step over
+// 3 stages of operands while a fifth warp streams 2 pieces (32 KB, the operands of a 128 x 128 x 64
+// k-block) a k-block from `src` into a ring of 6 slots. The two run unpaced, each its own count.
+constexpr int kMixStages = 3, kMixSlots = 6, kMixStageBytes = 2 * 64 * 128 + 128 * 128;
+constexpr int kMixSmem = kMixStages * kMixStageBytes + kMixSlots * kPiece + 1024;
+__global__ void __launch_bounds__(160) wgmma_copy_loop(float* out, long long* cycles, int iters,
+                                                       const unsigned char* src, long span, long block_stride) {
+#ifdef CODA_SM90_DEVICE
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t full[kMixSlots];
+    // The copy ring first (its slots are not operands: no fill needed), the operands from a 1 KB boundary after it.
+    const uint32_t ring = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+    unsigned char* operands = smem_raw + (ring - ptx::smem_addr(smem_raw)) + kMixSlots * kPiece;
+    unsigned char* smem = fill_operands(operands, kMixStages * kMixStageBytes);  // already aligned: no shift
+    if (threadIdx.x >= 128) {
+        if (threadIdx.x == 128) stream_pieces(src, span, block_stride, 2 * iters, ring, full, kMixSlots);
+        return;
+    }
+    const uint32_t a_lo0 = ptx::desc_lo(ptx::smem_addr(smem)), b_lo0 = ptx::desc_lo(ptx::smem_addr(smem + 2 * 64 * 128));
+    float acc[2][64];
+    const long long t0 = clock64();
+    kloop<128, 2, kMixStages, kMixStageBytes>(acc, a_lo0, b_lo0, iters);
+    finish</*SYNC=*/false>(acc, t0, out, cycles);  // the copy warp has left
+#endif
+}
+
+// Every SM busy doing nothing: a block an SM asleep for `cycles` clocks (of its SM).
+__global__ void __launch_bounds__(32) idle_loop(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) __nanosleep(10000);
+}
+
 struct Result {
     double one_sm, all_sms;  // flop per clock per SM
     double all_ms, all_mhz;
@@ -193,36 +316,46 @@ struct Result {
 
 using LoopKernel = void (*)(float*, long long*, int);
 
+// Device buffers of the loop kernels' outputs, for a block per SM.
+struct LoopBuffers {
+    float* out = nullptr;
+    long long* cycles = nullptr;
+    LoopBuffers(int sms, int threads) {
+        CHECK_CUDA(cudaMalloc(&out, sizeof(float) * sms * threads));
+        CHECK_CUDA(cudaMalloc(&cycles, sizeof(long long) * sms));
+    }
+    ~LoopBuffers() {
+        cudaFree(out);
+        cudaFree(cycles);
+    }
+};
+
 Result measure(LoopKernel kernel, int threads, double flop_per_iter, int iters, int sms) {
-    // 200 KB of shared memory a block (a pattern needs at most 57 KB): one block an SM.
-    const int smem = 200 * 1024;
-    CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    float* out;
-    long long* cycles;
-    CHECK_CUDA(cudaMalloc(&out, sizeof(float) * sms * threads));
-    CHECK_CUDA(cudaMalloc(&cycles, sizeof(long long) * sms));
+    // kSmemBytes of shared memory a block (the patterns' stages fill it): one block an SM.
+    CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    LoopBuffers buf(sms, threads);
     Result r{};
     // One block: one SM, its own clock (no other SM drawing power).
-    kernel<<<1, threads, smem>>>(out, cycles, iters / 10);  // warm-up
-    kernel<<<1, threads, smem>>>(out, cycles, iters);
+    kernel<<<1, threads, kSmemBytes>>>(buf.out, buf.cycles, iters / 10);  // warm-up
+    kernel<<<1, threads, kSmemBytes>>>(buf.out, buf.cycles, iters);
     CHECK_CUDA(cudaDeviceSynchronize());
     long long c1;
-    CHECK_CUDA(cudaMemcpy(&c1, cycles, sizeof c1, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(&c1, buf.cycles, sizeof c1, cudaMemcpyDeviceToHost));
     r.one_sm = flop_per_iter * iters / (double)c1;
     // A block per SM: the median block's cycles, and the wall time by events.
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
-    kernel<<<sms, threads, smem>>>(out, cycles, iters);
+    kernel<<<sms, threads, kSmemBytes>>>(buf.out, buf.cycles, iters);
     CHECK_CUDA(cudaEventRecord(e0));
-    kernel<<<sms, threads, smem>>>(out, cycles, iters);
+    kernel<<<sms, threads, kSmemBytes>>>(buf.out, buf.cycles, iters);
     CHECK_CUDA(cudaEventRecord(e1));
     CHECK_CUDA(cudaEventSynchronize(e1));
     CHECK_CUDA(cudaGetLastError());
     float ms = 0.f;
     CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
     std::vector<long long> c(sms);
-    CHECK_CUDA(cudaMemcpy(c.data(), cycles, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(c.data(), buf.cycles, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
     std::sort(c.begin(), c.end());
     const double med = (double)c[sms / 2];
     r.all_sms = flop_per_iter * iters / med;
@@ -230,9 +363,150 @@ Result measure(LoopKernel kernel, int threads, double flop_per_iter, int iters, 
     r.all_mhz = med / (ms * 1e3);  // block cycles over the launch's wall time: a lower bound of the clock
     CHECK_CUDA(cudaEventDestroy(e0));
     CHECK_CUDA(cudaEventDestroy(e1));
-    CHECK_CUDA(cudaFree(out));
-    CHECK_CUDA(cudaFree(cycles));
     return r;
+}
+
+// A pattern's row: its kernel, threads a block, flop a k-block and whether it has an energy row
+// (the RS patterns, one stage of B and A loaded once or re-read by ldmatrix, are rate probes only).
+struct Pattern {
+    const char* name;
+    const char* engine_use;
+    LoopKernel kernel;
+    int threads;
+    double flop_per_iter;
+    bool energy;
+};
+
+template <int N, int FM, int WGS>
+Pattern ss(const char* name, const char* engine_use) {
+    return {name, engine_use, wgmma_loop<N, FM, WGS>, 128 * WGS, 2.0 * WGS * FM * 64.0 * N * kBK, true};
+}
+template <int FM, bool RELOAD>
+Pattern rs(const char* name, const char* engine_use) {
+    return {name, engine_use, wgmma_rs_loop<FM, RELOAD>, 128, 2.0 * FM * 64.0 * 128 * kBK, false};
+}
+
+// One workload's energy row: the sustained run and the SM clock samples taken during it.
+struct EnergyRow {
+    bench::Sustained run;
+    double mhz = NAN;
+};
+
+double median(std::vector<double> v) {
+    if (v.empty()) return NAN;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// launch() back to back for about `seconds` (after one launch to time it), the clock sampled.
+template <class F>
+EnergyRow sustained_row(F&& launch, double seconds, GpuEnergy& meter) {
+    const double est_ms = median_ms(launch, /*runs=*/1, /*warmup=*/1);
+    meter.new_sm_clock_samples();  // drop the samples taken before the run
+    EnergyRow r;
+    r.run = bench::sustained([&](int) { launch(); }, est_ms, seconds, meter);
+    r.mhz = median(meter.new_sm_clock_samples());
+    if (std::isnan(r.run.j)) throw Error("reading the GPU's energy counter failed");
+    return r;
+}
+
+struct EnergyOptions {
+    double seconds = 0;
+    std::string json, command, gpu;
+};
+
+void record(const EnergyOptions& o, const std::string& part, const std::string& pattern, const EnergyRow& e,
+            nlohmann::json extra) {
+    if (o.json.empty()) return;
+    nlohmann::json r = {{"kind", "unit_energy"}, {"gpu", o.gpu},     {"part", part},          {"pattern", pattern},
+                        {"ms", e.run.ms},        {"w", e.run.w},     {"sm_mhz", e.mhz},       {"calls", e.run.calls},
+                        {"seconds", o.seconds}};
+    r.update(extra);
+    stamp_record(r, o.command);
+    append_record(o.json, r);
+}
+
+// The --energy table: every SM asleep first (the baseline), then each wgmma pattern, then the
+// bulk copies from L2 and from DRAM.
+void energy_table(const std::vector<Pattern>& patterns, int iters, int sms, const EnergyOptions& o) {
+    const std::unique_ptr<GpuEnergy> meter = GpuEnergy::open();
+    if (!meter) throw Error("--energy needs NVML's energy counter (libnvidia-ml.so.1)");
+    std::printf("\nback to back for ~%.0f s each, power limit %.0f W; above idle: less the idle row's watts times "
+                "the run's time\n",
+                o.seconds, meter->power_limit_w());
+    // Idle: 10 million cycles a launch (5-10 ms at the clocks these GPUs run).
+    const EnergyRow idle = sustained_row([&] { idle_loop<<<sms, 32>>>(10000000LL); }, o.seconds, *meter);
+    CHECK_CUDA(cudaGetLastError());
+    std::printf("%-26s %8s %6s %6s %9s %9s %11s\n", "workload", "ms", "W", "MHz", "rate", "pJ/unit",
+                "above idle");
+    std::printf("%-26s %8.3f %6.0f %6.0f\n", "idle (nanosleep)", idle.run.ms, idle.run.w, idle.mhz);
+    record(o, "idle", "nanosleep", idle, nlohmann::json::object());
+    const double idle_w = idle.run.w;
+    auto above_idle = [&](const EnergyRow& e, double units) { return (e.run.j - idle_w * e.run.ms * 1e-3) / units * 1e12; };
+
+    double pingpong_pj_above = NAN;  // the ping-pong pattern's, for the mixed row's prediction
+    for (const Pattern& p : patterns) {
+        if (!p.energy) continue;
+        CHECK_CUDA(cudaFuncSetAttribute(p.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+        LoopBuffers buf(sms, p.threads);
+        const EnergyRow e =
+            sustained_row([&] { p.kernel<<<sms, p.threads, kSmemBytes>>>(buf.out, buf.cycles, iters); }, o.seconds, *meter);
+        CHECK_CUDA(cudaGetLastError());
+        const double flop = p.flop_per_iter * iters * sms, tflops = flop / (e.run.ms * 1e-3) / 1e12;
+        const double pj = e.run.j / flop * 1e12, pj_above = above_idle(e, flop);
+        if (p.kernel == patterns.front().kernel) pingpong_pj_above = pj_above;
+        std::printf("%-26s %8.3f %6.0f %6.0f %6.0f TF %9.4f %11.4f  pJ/flop\n", p.name, e.run.ms, e.run.w, e.mhz,
+                    tflops, pj, pj_above);
+        record(o, "wgmma", p.name, e, {{"tflops", tflops}, {"pj_flop", pj}, {"pj_flop_above_idle", pj_above}});
+    }
+
+    CHECK_CUDA(cudaFuncSetAttribute(bulk_copy_loop, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    kSlots * kPiece + 128));
+    struct Copy {
+        const char* name;
+        long span, block_stride;
+    };
+    // L2: all blocks in one 16 MiB span (a third of the H100's 50 MiB L2), each starting at its own
+    // 64 KB; DRAM: a 4 GiB span, the blocks spread evenly over it.
+    const long kL2Span = 16L << 20, kDramSpan = 4L << 30;
+    const Copy l2{"bulk copy from L2", kL2Span, 64L << 10}, dram{"bulk copy from DRAM", kDramSpan,
+                                                                  kDramSpan / sms / kPiece * kPiece};
+    unsigned char* src = nullptr;
+    CHECK_CUDA(cudaMalloc(&src, kDramSpan));
+    CHECK_CUDA(cudaMemset(src, 0x5a, kDramSpan));
+    const int pieces = 4096;  // 64 MiB a block a launch
+    double l2_pj_above = NAN;
+    for (const Copy& c : {l2, dram}) {
+        const EnergyRow e = sustained_row(
+            [&] { bulk_copy_loop<<<sms, 32, kSlots * kPiece + 128>>>(src, c.span, c.block_stride, pieces); }, o.seconds,
+            *meter);
+        CHECK_CUDA(cudaGetLastError());
+        const double bytes = (double)kPiece * pieces * sms, gbs = bytes / (e.run.ms * 1e-3) / 1e9;
+        const double pj = e.run.j / bytes * 1e12, pj_above = above_idle(e, bytes);
+        if (c.span == kL2Span) l2_pj_above = pj_above;
+        std::printf("%-26s %8.3f %6.0f %6.0f %6.0f GB/s %6.2f %11.2f  pJ/byte\n", c.name, e.run.ms, e.run.w, e.mhz, gbs,
+                    pj, pj_above);
+        record(o, "copy", c.name, e, {{"gbs", gbs}, {"pj_byte", pj}, {"pj_byte_above_idle", pj_above}});
+    }
+
+    // Ping-pong's wgmmas with a mainloop's worth of L2 copies beside them, against the sum of the
+    // parts' costs above idle (the idle watts over this run's time, plus each part's units).
+    CHECK_CUDA(cudaFuncSetAttribute(wgmma_copy_loop, cudaFuncAttributeMaxDynamicSharedMemorySize, kMixSmem));
+    {
+        LoopBuffers buf(sms, 160);
+        const EnergyRow e = sustained_row(
+            [&] { wgmma_copy_loop<<<sms, 160, kMixSmem>>>(buf.out, buf.cycles, iters, src, l2.span, l2.block_stride); },
+            o.seconds, *meter);
+        CHECK_CUDA(cudaGetLastError());
+        const double flop = 2.0 * 2 * 64 * 128 * kBK * iters * sms, bytes = 2.0 * kPiece * iters * sms;
+        const double tflops = flop / (e.run.ms * 1e-3) / 1e12, gbs = bytes / (e.run.ms * 1e-3) / 1e9;
+        const double predicted_j = (idle_w * e.run.ms * 1e-3 + (flop * pingpong_pj_above + bytes * l2_pj_above) * 1e-12);
+        std::printf("%-26s %8.3f %6.0f %6.0f %6.0f TF %6.0f GB/s: %.4f J a launch against %.4f from the parts\n",
+                    "2 x m64n128 + L2 copies", e.run.ms, e.run.w, e.mhz, tflops, gbs, e.run.j, predicted_j);
+        record(o, "wgmma+copy", "2 x m64n128, 1 WG + bulk copy from L2", e,
+               {{"tflops", tflops}, {"gbs", gbs}, {"j", e.run.j}, {"j_from_parts", predicted_j}});
+    }
+    CHECK_CUDA(cudaFree(src));
 }
 
 void print_row(const char* name, const char* engine_use, const Result& r) {
@@ -240,47 +514,62 @@ void print_row(const char* name, const char* engine_use, const Result& r) {
                 100.0 * r.all_sms / 4096.0, r.all_ms, r.all_mhz);
 }
 
-template <int N, int FM, int WGS>
-void row(const char* name, const char* engine_use, int iters, int sms) {
-    print_row(name, engine_use, measure(wgmma_loop<N, FM, WGS>, 128 * WGS, 2.0 * WGS * FM * 64.0 * N * kBK, iters, sms));
-}
-
-template <int FM, bool RELOAD>
-void row_rs(const char* name, const char* engine_use, int iters, int sms) {
-    print_row(name, engine_use, measure(wgmma_rs_loop<FM, RELOAD>, 128, 2.0 * FM * 64.0 * 128 * kBK, iters, sms));
+int run(int argc, char** argv) {
+    int iters = 20000;
+    EnergyOptions energy;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        auto next = [&]() -> std::string {
+            if (i + 1 >= argc) throw Error(a + " needs a value");
+            return argv[++i];
+        };
+        if (a == "--iters") iters = (int)bench::number_option(a, next(), 10, /*integer=*/true);
+        else if (a == "--energy") energy.seconds = bench::number_option(a, next(), 0);
+        else if (a == "--json") energy.json = next();
+        else throw Error("unknown argument " + a + " (usage: bench_wgmma [--iters N] [--energy SECONDS] [--json FILE])");
+    }
+    if (!energy.json.empty() && energy.seconds <= 0) throw Error("--json records the --energy table: give --energy too");
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        std::fprintf(stderr, "bench_wgmma: needs a CUDA GPU\n");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major != 9) throw Error(std::string("needs a Hopper GPU (sm_90), found ") + prop.name);
+    energy.gpu = prop.name;
+    energy.command = join_command(argc, argv);
+    if (!energy.json.empty()) read_records(energy.json);  // a file that is not a JSON array: refused up front
+    iters &= ~1;  // the RS loops take k-blocks in pairs
+    const int sms = prop.multiProcessorCount;
+    const std::vector<Pattern> patterns = {
+        ss<128, 2, 1>("2 x m64n128, 1 WG", "ping-pong 128x128 (one consumer)"),
+        ss<128, 2, 2>("2 x m64n128, 2 WGs", "cooperative 256x128"),
+        ss<128, 1, 1>("1 x m64n128, 1 WG", "ping-pong half tile rows"),
+        ss<128, 1, 2>("1 x m64n128, 2 WGs", "cooperative 128x128"),
+        ss<256, 1, 1>("1 x m64n256, 1 WG", "(ping-pong 64x256, dropped)"),
+        ss<256, 1, 2>("1 x m64n256, 2 WGs", "cooperative 128x256"),
+        ss<320, 1, 2>("1 x m64n320, 2 WGs", "cooperative 128x320 (n256 + n64)"),
+        ss<64, 2, 1>("2 x m64n64, 1 WG", "(narrow half tiles, one consumer)"),
+        rs<2, true>("2 x m64n128 RS, 1 WG", "A by ldmatrix each k-block (not used)"),
+        rs<2, false>("2 x m64n128 RS, 1 WG", "A loaded once (not used)"),
+    };
+    std::printf("%s, %d SMs, %d k-blocks of 64 a warpgroup\n", prop.name, sms, iters);
+    std::printf("%-26s %-34s %8s %8s %7s %8s %6s\n", "pattern (a warpgroup)", "where the engine issues it",
+                "1 SM", "all SMs", "/peak", "ms", "MHz>=");
+    for (const Pattern& p : patterns)
+        print_row(p.name, p.engine_use, measure(p.kernel, p.threads, p.flop_per_iter, iters, sms));
+    if (energy.seconds > 0) energy_table(patterns, iters, sms, energy);
+    return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    int iters = 20000;
-    for (int i = 1; i < argc; i++) {
-        const std::string a = argv[i];
-        if (a == "--iters" && i + 1 < argc) iters = std::max(10, std::atoi(argv[++i]));
-        else {
-            std::fprintf(stderr, "bench_wgmma: unknown argument %s (usage: bench_wgmma [--iters N])\n", a.c_str());
-            return 2;
-        }
-    }
-    cudaDeviceProp prop;
-    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major != 9) {
-        std::fprintf(stderr, "bench_wgmma: needs a Hopper GPU (sm_90), found %s\n", prop.name);
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_wgmma: %s\n", e.what());
         return 1;
     }
-    const int sms = prop.multiProcessorCount;
-    std::printf("%s, %d SMs, %d k-blocks of 64 a warpgroup\n", prop.name, sms, iters);
-    std::printf("%-26s %-34s %8s %8s %7s %8s %6s\n", "pattern (a warpgroup)", "where the engine issues it",
-                "1 SM", "all SMs", "/peak", "ms", "MHz>=");
-    row<128, 2, 1>("2 x m64n128, 1 WG", "ping-pong 128x128 (one consumer)", iters, sms);
-    row<128, 2, 2>("2 x m64n128, 2 WGs", "cooperative 256x128", iters, sms);
-    row<128, 1, 1>("1 x m64n128, 1 WG", "ping-pong half tile rows", iters, sms);
-    row<128, 1, 2>("1 x m64n128, 2 WGs", "cooperative 128x128", iters, sms);
-    row<256, 1, 1>("1 x m64n256, 1 WG", "(ping-pong 64x256, dropped)", iters, sms);
-    row<256, 1, 2>("1 x m64n256, 2 WGs", "cooperative 128x256", iters, sms);
-    row<320, 1, 2>("1 x m64n320, 2 WGs", "cooperative 128x320 (n256 + n64)", iters, sms);
-    row<64, 2, 1>("2 x m64n64, 1 WG", "(narrow half tiles, one consumer)", iters, sms);
-    row_rs<2, true>("2 x m64n128 RS, 1 WG", "A by ldmatrix each k-block (not used)", iters & ~1, sms);
-    row_rs<2, false>("2 x m64n128 RS, 1 WG", "A loaded once (not used)", iters & ~1, sms);
-    return 0;
 }
