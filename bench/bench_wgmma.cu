@@ -24,9 +24,10 @@
 // baseline the "above idle" columns subtract (its watts times the run's time). Where a GPU runs at
 // its power limit a kernel's time follows its joules, so these per-unit costs say which of a
 // GEMM's resources (its tensor work by issue pattern, its L2 and DRAM bytes, from Nsight Compute's
-// counters) its energy, and so its speed there, goes to. --json appends a "unit_energy" record a
-// row (../shared/design/RESULTS.md's common keys, then part, pattern, ms, w, sm_mhz, seconds, and
-// tflops and pj_flop, or gbs and pj_byte).
+// counters) its energy, and so its speed there, goes to (bench/results/h100_unit_energy_585679b/).
+// --json appends a "unit_energy" record a row (../shared/design/RESULTS.md's common keys, then
+// part, pattern, ms, w, sm_mhz, calls, seconds, and the row's rate and prices: tflops, pj_flop and
+// pj_flop_above_idle; gbs, pj_byte and pj_byte_above_idle; for the mixed row j and j_from_parts).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -392,12 +393,6 @@ struct EnergyRow {
     double mhz = NAN;
 };
 
-double median(std::vector<double> v) {
-    if (v.empty()) return NAN;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 // launch() back to back for about `seconds` (after one launch to time it), the clock sampled.
 template <class F>
 EnergyRow sustained_row(F&& launch, double seconds, GpuEnergy& meter) {
@@ -405,7 +400,8 @@ EnergyRow sustained_row(F&& launch, double seconds, GpuEnergy& meter) {
     meter.new_sm_clock_samples();  // drop the samples taken before the run
     EnergyRow r;
     r.run = bench::sustained([&](int) { launch(); }, est_ms, seconds, meter);
-    r.mhz = median(meter.new_sm_clock_samples());
+    const std::vector<double> mhz = meter.new_sm_clock_samples();
+    r.mhz = mhz.empty() ? NAN : detail::median_of(mhz);
     if (std::isnan(r.run.j)) throw Error("reading the GPU's energy counter failed");
     return r;
 }
