@@ -423,7 +423,7 @@ void record(const EnergyOptions& o, const std::string& part, const std::string& 
 }
 
 // The --energy table: every SM asleep first (the baseline), then each wgmma pattern, then the
-// bulk copies from L2 and from DRAM.
+// bulk copies from L2 and from DRAM, then ping-pong's wgmmas and L2 copies together.
 void energy_table(const std::vector<Pattern>& patterns, int iters, int sms, const EnergyOptions& o) {
     const std::unique_ptr<GpuEnergy> meter = GpuEnergy::open();
     if (!meter) throw Error("--energy needs NVML's energy counter (libnvidia-ml.so.1)");
