@@ -2,8 +2,8 @@
 """Joules of a GEMM call split by resource, from this folder's files: call2/unit_energy.json
 (bench_wgmma --energy: W idle, pJ a flop by wgmma pattern, pJ a byte of bulk copies from L2 and
 DRAM), call2/ncu_copies.csv (Nsight Compute's L2 and DRAM bytes of those copies),
-call1/gemm_energy.json (bench_gemm --energy --sweep: J a call, back to back) and
-call1/ncu_<shape>.csv (the same GEMMs' L2 and DRAM bytes). Prints, per GEMM contender: measured J
+call1/ and call3/gemm_energy.json (bench_gemm --energy --sweep: J a call, back to back) and
+call1/ and call3/ncu_<shape>.csv (the same GEMMs' L2 and DRAM bytes). Prints, per GEMM contender: measured J
 a call, the idle watts' share over its time, its L2 and DRAM bytes priced by the copies, and what
 is left for the tensor work, as pJ a flop against the wgmma patterns' own; then (with numpy) least
 squares fits of J a call over the 16 contenders on flops, time, L2 and DRAM bytes.
@@ -71,13 +71,13 @@ if os.path.exists(nc):
     e_dram = (j_dr - e_l2 * 1e-12 * med(dr, "lts__t_bytes.sum")) / med(dr, "dram__bytes_read.sum") * 1e12
     print(f"=> above idle: {e_l2:.2f} pJ a counted L2 byte, {e_dram:.2f} pJ a DRAM byte beyond its L2 bytes")
 
-ge = os.path.join(d, "call1", "gemm_energy.json")
+ge = [os.path.join(d, c, "gemm_energy.json") for c in ("call1", "call3")]
 fit_rows = []
-if os.path.exists(ge) and e_l2 is not None:
-    recs = [r for r in json.load(open(ge)) if r["program"] == "plain:energy"]
+if e_l2 is not None:
+    recs = [r for g in ge if os.path.exists(g) for r in json.load(open(g)) if r["program"] == "plain:energy"]
     for gemm in dict.fromkeys(r["gemm"] for r in recs):
         tag = "1.5b_" + gemm.replace(" ", "_")
-        path = os.path.join(d, "call1", f"ncu_{tag}.csv")
+        path = next((p for p in (os.path.join(d, c, f"ncu_{tag}.csv") for c in ("call1", "call3")) if os.path.exists(p)), "")
         counters = ncu(path) if os.path.exists(path) else {}
         rs = [r for r in recs if r["gemm"] == gemm]
         s = rs[0]["shape"]; flop = 2.0 * s["M"] * s["N"] * s["K"]
@@ -107,8 +107,8 @@ except ImportError:
     np = None
 if np is not None and fit_rows:
     X = np.array([r[1:5] for r in fit_rows]); y = np.array([r[5] for r in fit_rows])
-    # (Two shapes: DRAM bytes move with L2 bytes here, so their own price is not identified; the
-    # copies above give it.)
+    # (DRAM bytes move with L2 bytes in these contenders, so their own price is hardly identified;
+    # the copies above give it.)
     print(f"\nleast squares over the {len(y)} contenders, J a call (rms and largest relative error of the fit):")
     for cols, lab in [([0], "flop"), ([0, 2], "flop, L2 bytes"), ([0, 2, 3], "flop, L2, DRAM bytes")]:
         coef = np.linalg.lstsq(X[:, cols], y, rcond=None)[0]
