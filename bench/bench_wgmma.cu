@@ -450,7 +450,7 @@ void energy_table(const std::vector<Pattern>& patterns, int iters, int sms, cons
         CHECK_CUDA(cudaGetLastError());
         const double flop = p.flop_per_iter * iters * sms, tflops = flop / (e.run.ms * 1e-3) / 1e12;
         const double pj = e.run.j / flop * 1e12, pj_above = above_idle(e, flop);
-        if (p.kernel == patterns.front().kernel) pingpong_pj_above = pj_above;
+        if (p.kernel == wgmma_loop<128, 2, 1>) pingpong_pj_above = pj_above;  // the mixed row's wgmmas
         std::printf("%-26s %8.3f %6.0f %6.0f %6.0f TF %9.4f %11.4f  pJ/flop\n", p.name, e.run.ms, e.run.w, e.mhz,
                     tflops, pj, pj_above);
         record(o, "wgmma", p.name, e, {{"tflops", tflops}, {"pj_flop", pj}, {"pj_flop_above_idle", pj_above}});

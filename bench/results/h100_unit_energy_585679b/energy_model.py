@@ -3,26 +3,32 @@
 (bench_wgmma --energy: W idle, pJ a flop by wgmma pattern, pJ a byte of bulk copies from L2 and
 DRAM), call2/ncu_copies.csv (Nsight Compute's L2 and DRAM bytes of those copies),
 call1/ and call3/gemm_energy.json (bench_gemm --energy --sweep: J a call, back to back) and
-call1/ and call3/ncu_<shape>.csv (the same GEMMs' L2 and DRAM bytes). Prints, per GEMM contender: measured J
-a call, the idle watts' share over its time, its L2 and DRAM bytes priced by the copies, and what
-is left for the tensor work, as pJ a flop against the wgmma patterns' own; then (with numpy) least
-squares fits of J a call over the 16 contenders on flops, time, L2 and DRAM bytes.
+call1/ and call3/ncu_<shape>.csv (the same GEMMs' L2 and DRAM bytes), call1/output_tail.txt (the
+1.5B fused programs' J a call, printed by bench_gemm --only none --energy 3) and
+call3/ncu_programs.csv (their bytes). Prints, per GEMM contender: measured J a call, the idle
+watts' share over its time, its L2 and DRAM bytes priced by the copies, and what is left for the
+tensor work, as pJ a flop against the wgmma patterns' own; then (with numpy) least squares fits of
+J a call over the plain GEMMs on flops, L2 and DRAM bytes, and the fused programs against the
+fitted prices (what is left: their DRAM bytes and epilogue arithmetic).
 usage: energy_model.py [FOLDER]   (default: the script's own folder)"""
 import csv, json, re, statistics, sys, os
 
 d = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 
-def ncu(path):
-    """{kernel label: {metric: median over launches}} from an ncu --csv file."""
-    rows = {}
+def ncu_launches(path):
+    """[(kernel label, {metric: value})] of an ncu --csv file, in launch order."""
+    per = {}
     with open(path) as f:
-        lines = [l for l in f if l.startswith('"')]
-    for r in csv.DictReader(lines):
-        rows.setdefault((r["ID"], r["Kernel Name"]), {})[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
+        for r in csv.DictReader(l for l in f if l.startswith('"')):
+            per.setdefault((int(r["ID"]), r["Kernel Name"]), {})[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
+    return [(label(name), m) for (i, name), m in sorted(per.items())]
+
+def ncu(path):
+    """{kernel label: {metric: median over its launches}} of an ncu --csv file."""
     out = {}
-    for (i, name), m in sorted(rows.items(), key=lambda kv: int(kv[0][0])):
-        out.setdefault(label(name), []).append(m)
-    return {k: {m: statistics.median(x[m] for x in v) for m in v[0]} | {"launches": len(v)} for k, v in out.items()}
+    for name, m in ncu_launches(path):
+        out.setdefault(name, []).append(m)
+    return {k: {m: statistics.median(x[m] for x in v) for m in v[0]} for k, v in out.items()}
 
 def label(name):
     m = re.search(r"Config<(\d+), (\d+), (\d+), (true|false|1|0), (\d+)>", name)
@@ -51,13 +57,7 @@ for u in mix:
 nc = os.path.join(d, "call2", "ncu_copies.csv")
 e_l2 = e_dram = None
 if os.path.exists(nc):
-    with open(nc) as f:
-        lines = [l for l in f if l.startswith('"')]
-    per = {}
-    for r in csv.DictReader(lines):
-        per.setdefault((int(r["ID"]), r["Kernel Name"]), {})[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
-    launches = [(label(n), m) for (i, n), m in sorted(per.items())]
-    copies = [m for l, m in launches if l == "bulk_copy"]
+    copies = [m for l, m in ncu_launches(nc) if l == "bulk_copy"]
     # Launch order: the L2 copies first (all with little DRAM traffic), then the DRAM ones.
     l2 = [m for m in copies if m["dram__bytes_read.sum"] < 0.1 * m["lts__t_bytes.sum"]]
     dr = [m for m in copies if m["dram__bytes_read.sum"] >= 0.1 * m["lts__t_bytes.sum"]]
@@ -92,9 +92,9 @@ if e_l2 is not None:
         print(f"  {'contender':14s} {'ms':>7s} {'J':>7s} {'idle J':>7s} {'L2 GB':>6s} {'L2 J':>6s} {'DRAM GB':>7s} {'DRAM J':>6s} {'rest J':>7s} {'pJ/flop':>7s}")
         for name, ms, j, c in rows:
             ij = idle_w * ms * 1e-3
-            if c: fit_rows.append((f"{gemm} {name}", flop, ms * 1e-3, c["lts__t_bytes.sum"], c["dram__bytes_read.sum"] + c["dram__bytes_write.sum"], j))
             if c:
                 l2b = c["lts__t_bytes.sum"]; drb = c["dram__bytes_read.sum"] + c["dram__bytes_write.sum"]
+                fit_rows.append((flop, ms * 1e-3, l2b, drb, j))
                 l2j = l2b * e_l2 * 1e-12; drj = drb * e_dram * 1e-12
                 rest = j - ij - l2j - drj
                 print(f"  {name:14s} {ms:7.4f} {j:7.4f} {ij:7.4f} {l2b/1e9:6.2f} {l2j:6.4f} {drb/1e9:7.3f} {drj:6.4f} {rest:7.4f} {rest/flop*1e12:7.4f}")
@@ -106,7 +106,7 @@ try:
 except ImportError:
     np = None
 if np is not None and fit_rows:
-    X = np.array([r[1:5] for r in fit_rows]); y = np.array([r[5] for r in fit_rows])
+    X = np.array([r[:4] for r in fit_rows]); y = np.array([r[4] for r in fit_rows])
     # (DRAM bytes move with L2 bytes in these contenders, so their own price is hardly identified;
     # the copies above give it.)
     print(f"\nleast squares over the {len(y)} contenders, J a call (rms and largest relative error of the fit):")
@@ -121,3 +121,25 @@ if np is not None and fit_rows:
     err = (X[:, [0, 2]] @ coef + idle_w * X[:, 1] - y) / y
     print(f"  idle {idle_w:.0f} W x time, then flop and L2 bytes: {coef[0] * 1e12:.3f} pJ/flop, {coef[1] * 1e12:.2f} pJ/L2 B; "
           f"rms {100 * np.sqrt(np.mean(err ** 2)):.1f}%, max {100 * np.max(np.abs(err)):.1f}%")
+
+    # The fused programs against these prices: J a call from the lines call 1 printed (its JSON did
+    # not come back), a program after cuBLASLt's and our plain GEMM of its shape each; bytes from
+    # call 3's Nsight run (each program's plain GEMM, then the program, 4 rounds).
+    pj_flop, pj_l2 = coef
+    shapes = [("QkvForward", 16384, 4800, 1600), ("ResidualForward proj", 16384, 1600, 1600),
+              ("ResidualForward fcproj", 16384, 1600, 6400), ("FcForward", 16384, 6400, 1600),
+              ("LmHeadForward", 16384, 50304, 1600), ("GeluBackward", 16384, 6400, 1600),
+              ("LnBackwardX", 16384, 1600, 6400)]  # bench_gemm's order of the 1.5B programs
+    runs = [(float(w[-6]), float(w[-4])) for w in (l.split() for l in open(os.path.join(d, "call1", "output_tail.txt")))
+            if len(w) > 6 and w[0] == "energy" and w[-1] == "W"]  # (ms, J) of every "energy ..." line
+    launches = [m for _, m in ncu_launches(os.path.join(d, "call3", "ncu_programs.csv"))]
+    print(f"\nthe fused programs at {idle_w:.0f} W x time + {pj_flop * 1e12:.3f} pJ a flop + {pj_l2 * 1e12:.2f} pJ a counted L2 byte"
+          " (rest: measured - model)")
+    print(f"  {'program':24s} {'which':6s} {'ms':>7s} {'J':>7s} {'L2 GB':>7s} {'DRAM GB':>7s} {'model J':>7s} {'rest J':>7s} {'rest':>6s}")
+    for k, (name, M, N, K) in enumerate(shapes):
+        rounds = launches[8 * k:8 * k + 8]
+        for which, (ms, j), rows in (("plain", runs[3 * k + 1], rounds[0::2]), ("prog", runs[3 * k + 2], rounds[1::2])):
+            l2 = statistics.median(r["lts__t_bytes.sum"] for r in rows)
+            dram = statistics.median(r["dram__bytes_read.sum"] + r["dram__bytes_write.sum"] for r in rows)
+            model = idle_w * ms * 1e-3 + pj_flop * 2.0 * M * N * K + pj_l2 * l2
+            print(f"  {name:24s} {which:6s} {ms:7.4f} {j:7.4f} {l2 / 1e9:7.3f} {dram / 1e9:7.3f} {model:7.4f} {j - model:7.4f} {100 * (j - model) / j:5.1f}%")
