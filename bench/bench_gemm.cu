@@ -236,13 +236,6 @@ void ours(const P& program, const GemmProblem& prob, int tile) {
     else sm90::detail::gemm_with_plan(program, prob, {sm90::kTiles[tile], 1}, 0);
 }
 
-// Whether program type P runs on tile configuration k (the staged tile only takes the programs that
-// allow it: gemm_sm90.cuh, staged_tile_allowed).
-template <class P>
-bool runs_on(int k) {
-    return sm90::kTiles[k] != sm90::Tile::kStaged128x256 || staged_tile_allowed<P>;
-}
-
 // The engine's plan for program type P on prob: "128x256", or "128x256/k4" with K split 4 ways.
 template <class P = void>
 std::string plan_name(const GemmProblem& prob) {
@@ -454,7 +447,6 @@ struct Bench : Options {
         std::string failed;
         if (sweep)
             for (int t = 0; t < sm90::kNumTiles; t++) {
-                if (s.accumulate && !runs_on<PlainAccumulate>(t)) continue;
                 const double e = check(t);
                 if (!(e <= bound)) failed += std::string(" ") + sm90::tile_name(sm90::kTiles[t]);
                 err = std::max(err, e);
@@ -473,7 +465,6 @@ struct Bench : Options {
         std::string sweep_text;
         if (sweep)
             for (int k = 0; k < sm90::kNumTiles; k++) {
-                if (s.accumulate && !runs_on<PlainAccumulate>(k)) continue;
                 const double tms = median_ms([&](int r) { run_ours(r % sets, k); }, reps);
                 char b2[64];
                 snprintf(b2, sizeof b2, " %s %.4f", sm90::tile_name(sm90::kTiles[k]), tms);
@@ -494,7 +485,6 @@ struct Bench : Options {
         record_energy(s, "plain", tile, plan, lt);
         if (sweep)
             for (int k = 0; k < sm90::kNumTiles; k++) {
-                if (s.accumulate && !runs_on<PlainAccumulate>(k)) continue;
                 const Sustained e = sustained([&](int r) { run_ours(r % sets, k); }, t.ms);
                 const std::string name = sm90::tile_name(sm90::kTiles[k]);
                 print_energy(("ours " + name).c_str(), e);
@@ -534,7 +524,6 @@ struct Bench : Options {
         record_energy(s, name, program_plan, prog, lt);
         if (sweep)
             for (int k = 0; k < sm90::kNumTiles; k++) {
-                if (!runs_on<P>(k)) continue;
                 // partials buffers sized for this tile configuration
                 const auto tiled = make(buf, prob, sm90::detail::tile_shape_of(sm90::kTiles[k]));
                 const Sustained e = sustained(

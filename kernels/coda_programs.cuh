@@ -109,9 +109,6 @@ struct ResidualForward : NoColPartials {
     // session), where every other program lost or spilled; with the whole-segment loop, 7.5% at
     // 350M and 2.3% at 1.5B (forty-sixth).
     static constexpr bool kUnrollPasses = true;
-    // On the staged tile acc is rounded to bf16 before the bias and residual are added, as the
-    // unfused path's GEMM stores it before its residual kernel.
-    static constexpr bool kStagedTile = std::is_same_v<Act, bf16>;
     ColVec bias;
     LoadTile<Act> residual;
     StoreTile<Act> x_out;
@@ -204,8 +201,6 @@ struct CrossEntropyGradient {
 // (the trainer always takes it; bench_gemm --ablate times what it costs).
 template <class Act = bf16, bool kBias = true>
 struct GeluBackward {
-    // On the staged tile acc is the bf16 product the unfused path's GELU backward kernel reads.
-    static constexpr bool kStagedTile = std::is_same_v<Act, bf16>;
     LoadTile<Act> f;
     StoreTile<Act> g, df;
     FoldGradient<kBias> fold;  // of the fc GEMM: its c, b~
@@ -261,10 +256,6 @@ struct LnBackwardX : NoRowPartials {
     // With both segment loops in its kernels ptxas spills (124 bytes on ping-pong 128 x 128, nvcc
     // 13.0); with either alone, none. It keeps the general one.
     static constexpr bool kNoWholeVariant = true;
-    // On the staged tile acc is the bf16 product the unfused path's LayerNorm backward kernel reads;
-    // two column vectors (gamma, beta) leave it room for three ring stages.
-    static constexpr bool kStagedTile = std::is_same_v<Act, bf16>;
-    static constexpr int kColumnVectors = 2;
     RowVec mu, rstd, m1, m2;
     ColVec gamma, beta;
     LoadTile<Act> x, dres;
@@ -305,7 +296,6 @@ struct LnBackwardX : NoRowPartials {
 template <class Act = bf16>
 struct PlainStore : NoRowPartials, NoColPartials {
     static constexpr bool kPlainGemm = true;
-    static constexpr bool kStagedTile = std::is_same_v<Act, bf16>;  // the same bits as stored from fp32
     StoreTile<Act> out;
     template <class E>
     CODA_HD void element(const E& e, Row&, Col&) const { out.store(e, e.acc); }

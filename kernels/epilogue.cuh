@@ -122,11 +122,6 @@ CODA_PROGRAM_VALUE(bool, unroll_passes, kUnrollPasses, false)
 // also the variant for tiles of whole segments (gemm_epilogue.cuh, WHOLE), where the two side by
 // side make ptxas spill.
 CODA_PROGRAM_VALUE(bool, whole_variant_refused, kNoWholeVariant, false)
-// kStagedTile: the program's formula may take the accumulator rounded to bf16, as the unfused
-// path's GEMM stores it before its elementwise kernels: the Hopper engine may run it on the staged
-// tile (gemm_sm90.cuh, st128x256). Not for programs whose formula cancels in the accumulator (the
-// LayerNorm folds' r*(acc - mu*c)) or that accumulate it (dW += acc).
-CODA_PROGRAM_VALUE(bool, staged_tile_allowed, kStagedTile, false)
 #undef CODA_PROGRAM_VALUE
 
 // ---------------------------------------------------------------- bf16 storage

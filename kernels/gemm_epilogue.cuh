@@ -519,12 +519,7 @@ __device__ void select_set(S (&a)[N], int k, const S& v) {
 // (1.5B step, QkvGradient, 48 launches): one segment read ahead from global memory after an L2
 // prefetch of the tile, 10.4 ms; both chunks copied at once (32 KB a tile, 3 blocks an SM), 9.4 ms;
 // chunk by chunk, 8.0 ms (bench/NOTES_gemm_sm90.md, tenth session).
-// PRESTAGED: the Hopper engine's staged tile (gemm_sm90.cuh, st128x256): the mainloop's warpgroups
-// leave the whole accumulator tile in shared memory rounded to bf16 (prestage(), in the layout of
-// prestaged_at) and go on to their next tile, while two more warps run the program on it
-// (run_prestaged): its segments read their accumulators there instead of from a staged chunk.
-template <class P, int FM, int FN, int ROW_STRIDE, int WARPS_M, int WARPS_N, bool ZERO_ACC = false,
-          bool PRESTAGED = false>
+template <class P, int FM, int FN, int ROW_STRIDE, int WARPS_M, int WARPS_N, bool ZERO_ACC = false>
 struct TileEpilogue {
     using Row = typename P::Row;
     using Col = typename P::Col;
@@ -546,7 +541,7 @@ struct TileEpilogue {
     // the same half order (tile_piece_at), so a pass's shared addresses are the first pass's plus
     // a constant stride.
     static_assert(kRowsPerPass % 4 == 0, "passes of whole swizzle periods");
-    static constexpr size_t kStageBytes = ZERO_ACC || PRESTAGED ? 0 : (size_t)kTileRows * kChunkCols * sizeof(float);
+    static constexpr size_t kStageBytes = ZERO_ACC ? 0 : (size_t)kTileRows * kChunkCols * sizeof(float);
     static constexpr size_t kColStateBytes = kCols ? (size_t)kWarps * kTileCols * sizeof(Col) : 0;
     // The tile's columns of the column vectors and rows of the row vectors the program reads.
     static constexpr int kColVectors = column_vector_count<P>, kRowVectors = row_vector_count<P>;
@@ -574,48 +569,6 @@ struct TileEpilogue {
                 return staged<true>(p, acc, warp_row0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
         }
         staged<false>(p, acc, warp_row0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
-    }
-
-    // The prestaged tile (PRESTAGED): row r is kTileCols bf16 values, 16-byte piece k of the row (its
-    // columns 8k ... 8k + 7) at piece k ^ prestage_swizzle(r). A warp's accumulator stores (8 rows x
-    // 4 lanes' pairs of one piece) and the segments' loads (a quarter-warp: 2 rows x 4 pieces) each
-    // hit 32 different banks.
-    static constexpr size_t kPrestagedBytes = PRESTAGED ? (size_t)kTileRows * kTileCols * 2 : 0;
-    static_assert(!PRESTAGED || (kRowsPerPass % 8 == 0 && kTileCols % 64 == 0), "prestaged rows of whole swizzle periods");
-    __device__ static uint32_t prestaged_at(int row, int col) {
-        const int swizzle = ((row & 1) << 2) | ((row >> 1) & 3);
-        return (uint32_t)(row * kTileCols * 2 + ((((col >> 3) ^ swizzle) << 4) | ((col & 7) << 1)));
-    }
-    // A warpgroup's m64 block of the tile (a cooperative consumer's accumulators, wgmma m64nN
-    // fragments: this warp's rows frag_row0 + {g, g + 8}, columns 8 fn + 2t + {0, 1}) into the
-    // prestaged tile at shared address `tile`, rounded to bf16 as the unfused path's GEMM stores them.
-    __device__ static void prestage(const float (&acc)[FN][4], int frag_row0, uint32_t tile) {
-        static_assert(PRESTAGED, "a prestaged tile's epilogue");
-        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-        for (int fn = 0; fn < FN; fn++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const __nv_bfloat162 v = __floats2bfloat162_rn(acc[fn][2 * h], acc[fn][2 * h + 1]);
-                ptx::st_shared_b32(tile + prestaged_at(frag_row0 + 8 * h + g, 8 * fn + 2 * t),
-                                   *reinterpret_cast<const uint32_t*>(&v));
-            }
-    }
-    // run() on the prestaged tile at shared address `tile`, by the WARPS_M x WARPS_N epilogue warps.
-    template <class Sync>
-    __device__ static void run_prestaged(const P& p, uint32_t tile, int tile_m, int tile_n, int n_tiles_n, int M, int N,
-                                         void* smem, Sync sync) {
-        static_assert(PRESTAGED, "a prestaged tile's epilogue");
-        const int warp = threadIdx.x / 32 % kWarps;
-        const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
-        if constexpr (!whole_variant_refused<P>) {
-            bool whole = true;
-            Row row{};
-            Col col{};
-            p.element(WholeSegmentsElement{{}, &whole}, row, col);
-            if (whole) return staged<true>(p, tile, 0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
-        }
-        staged<false>(p, tile, 0, warp_m, warp_n, tile_m, tile_n, n_tiles_n, M, N, smem, sync);
     }
 
     // Asks the L2 cache for the parts of tiles the program will load in the epilogue of output
@@ -665,9 +618,8 @@ struct TileEpilogue {
         }
     }
 
-    // acc: the thread's accumulators, or (PRESTAGED) the prestaged tile's shared address.
-    template <bool WHOLE, class Acc, class Sync>
-    __device__ static void staged(const P& p, const Acc& acc, int warp_row0, int warp_m, int warp_n,
+    template <bool WHOLE, class Sync>
+    __device__ static void staged(const P& p, const float (&acc)[FM][FN][4], int warp_row0, int warp_m, int warp_n,
                                   int tile_m, int tile_n, int n_tiles_n, int M, int N, void* smem, Sync sync) {
         const int lane = threadIdx.x % 32;
         const int warp = warp_m * WARPS_N + warp_n, T = warp * 32 + lane, q = T % 4, row0 = T / 4;
@@ -700,9 +652,7 @@ struct TileEpilogue {
         // that segment stalled on them where its arithmetic was short: at K = 1024 the LayerNorm
         // fold and one stored tile took 1.10x the plain GEMM (bench/NOTES_gemm_sm90.md,
         // forty-fourth session).
-        //   The prestaged tile's epilogue (64 threads on 128 x 256) takes its further rows and
-        // columns T + 2 kThreads ... right before its segments (park_vectors).
-        static_assert(PRESTAGED || (kTileCols <= 2 * kThreads && kTileRows <= 2 * kThreads),
+        static_assert(kTileCols <= 2 * kThreads && kTileRows <= 2 * kThreads,
                       "two columns and two rows of the vectors a thread at most");
         constexpr bool kSecondVectors = kTileCols > kThreads || kTileRows > kThreads;
         SegmentSlots slots, slots_hi;
@@ -742,13 +692,6 @@ struct TileEpilogue {
         auto park_vectors = [&] {
             park(slots, T, T);
             if constexpr (kSecondVectors) park(slots_hi, T + kThreads, T + kThreads);
-            if constexpr (PRESTAGED) {
-                for (int at = T + 2 * kThreads; at < kTileCols || at < kTileRows; at += kThreads) {
-                    SegmentSlots s;
-                    preload(false, at, at, s);
-                    park(s, at, at);
-                }
-            }
         };
 
         // Unrolled over the chunks, so that the compiler sees each chunk's accumulators die once
@@ -756,13 +699,7 @@ struct TileEpilogue {
         // run with the registers of half a tile's accumulators free.
 #pragma unroll
         for (int c = 0; c < kChunks; c++) {
-            if constexpr (PRESTAGED) {
-                if (c == 0) {
-                    sync();  // the previous tile's segments and column states are read
-                    park_vectors();
-                    sync();
-                }
-            } else if constexpr (!ZERO_ACC) {
+            if constexpr (!ZERO_ACC) {
                 sync();  // the previous chunk's (tile's) segments are read
                 if constexpr (kCopiedTiles > 0) copy_chunk(c);  // in flight while the chunk is staged
                 stage_chunk(acc, c, warp_n, warp_row0 - tile_row0, stage);
@@ -784,8 +721,6 @@ struct TileEpilogue {
                 const int col0 = half * kHalfCols + 8 * q;  // of the segment, in the chunk
                 const int col = c * kChunkCols + col0, j0 = tile_col0 + col;  // in the tile, in the matrix
                 const uint32_t staged_lo = stage + 4 * staged_at(row0, col0), staged_hi = stage + 4 * staged_at(row0, col0 + 4);
-                uint32_t prestaged = 0;
-                if constexpr (PRESTAGED) prestaged = acc + prestaged_at(row0, col);
                 const uint32_t segment_cols = col_vectors + 4 * (c * kChunkCols + col0);
                 const uint32_t segment_tiles = copies + TileCopyElement::tile_piece_at(row0, col0 / 8);
                 Col cols[8] = {};
@@ -805,14 +740,7 @@ struct TileEpilogue {
                     const int ahead_j = tile_col0 + ahead_col;
                     const int ahead_i = !last && ahead_j < N ? tile_row0 + ahead_row : -1;
                     float v[8] = {};
-                    if constexpr (PRESTAGED) {
-                        constexpr uint32_t kPassBytes = kRowsPerPass * kTileCols * 2;
-                        const uint4 w = ptx::ld_shared_v4_b32(prestaged + pass * kPassBytes);
-                        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-                        for (int k = 0; k < 4; k++)
-                            v[2 * k] = __uint_as_float(words[k] << 16), v[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
-                    } else if constexpr (!ZERO_ACC) {
+                    if constexpr (!ZERO_ACC) {
                         constexpr uint32_t kPassStageBytes = kRowsPerPass * kChunkCols * sizeof(float);
                         const float4 lo = ptx::ld_shared_v4(staged_lo + pass * kPassStageBytes);
                         const float4 hi = ptx::ld_shared_v4(staged_hi + pass * kPassStageBytes);

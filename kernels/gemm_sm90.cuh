@@ -88,15 +88,10 @@ namespace codagpt::coda::sm90 {
 // (128x320c2) the two CTAs of adjacent M-tile rows share B, each loading half of it into both
 // rings. Edge tiles always run at full cost here (no n160 wgmma). The plan picks 128x320 only
 // where K is long (CostModel).
-// Staged 128 x 256 (st128x256): cooperative 128 x 256 whose consumers leave the accumulator tile in
-// shared memory rounded to bf16 and start their next tile's mainloop, while two warps of the
-// producer's warpgroup run the epilogue program on it: ping-pong's hidden epilogue with the L2
-// bytes a flop of a 256-wide tile. Only for programs whose formula may take the accumulator rounded to bf16, as
-// the unfused path's GEMM stores it before its elementwise kernels (staged_tile_allowed).
-enum class Tile { k128x256, k256x128, k128x128, kPingPong128x128, kPingPong128x128C2, k128x320, k128x320C2, kStaged128x256 };
-constexpr Tile kTiles[] = {Tile::k128x256,           Tile::k256x128, Tile::k128x128,   Tile::kPingPong128x128,
-                           Tile::kPingPong128x128C2, Tile::k128x320, Tile::k128x320C2, Tile::kStaged128x256};
-constexpr int kNumTiles = 8;
+enum class Tile { k128x256, k256x128, k128x128, kPingPong128x128, kPingPong128x128C2, k128x320, k128x320C2 };
+constexpr Tile kTiles[] = {Tile::k128x256,           Tile::k256x128, Tile::k128x128,  Tile::kPingPong128x128,
+                           Tile::kPingPong128x128C2, Tile::k128x320, Tile::k128x320C2};
+constexpr int kNumTiles = 7;
 inline const char* tile_name(Tile t) {
     switch (t) {
         case Tile::k128x256: return "128x256";
@@ -105,8 +100,7 @@ inline const char* tile_name(Tile t) {
         case Tile::kPingPong128x128: return "pp128x128";
         case Tile::kPingPong128x128C2: return "pp128x128c2";
         case Tile::k128x320: return "128x320";
-        case Tile::k128x320C2: return "128x320c2";
-        default: return "st128x256";
+        default: return "128x320c2";
     }
 }
 
@@ -115,14 +109,10 @@ constexpr int kBK = 64;  // the k-block: K elements a ring stage holds, for ever
 // L2 (a few microseconds: about an HBM round trip more), unless CODAGPT_GEMM_PREFETCH_KBLOCKS says.
 constexpr int kPrefetchKBlocks = 8;
 
-template <int BM_, int BN_, int STAGES_, bool PINGPONG_, int CLUSTER_ = 1, bool STAGED_ = false>
+template <int BM_, int BN_, int STAGES_, bool PINGPONG_, int CLUSTER_ = 1>
 struct Config {
     static constexpr int BM = BM_, BN = BN_, BK = kBK, STAGES = STAGES_;
     static constexpr bool PINGPONG = PINGPONG_;
-    // STAGED: warps 2 and 3 of the producer's warpgroup run the epilogue on the tile the consumers
-    // prestaged (st128x256). A fourth warpgroup cannot: ptxas allocates every path of a kernel
-    // within its launch bound's registers (128 at 512 threads; C7602 for the consumers' wgmma).
-    static constexpr bool STAGED = STAGED_;
     // CTAs a cluster (along M): each loads BN / CLUSTER rows of the shared B k-block into all of
     // them (N-major B: every CLUSTER-th 64-column box from its rank on).
     static constexpr int CLUSTER = CLUSTER_, B_ROWS_LOADED = BN / CLUSTER;
@@ -142,7 +132,6 @@ struct Config {
     static_assert(B_ROWS_LOADED % 16 == 0 && B_BOX_ROWS * (B_ROWS_LOADED / B_BOX_ROWS) == B_ROWS_LOADED,
                   "K-major B in whole boxes of whole swizzle atoms");
     static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 2 CTAs");
-    static_assert(!STAGED || (!PINGPONG && CLUSTER == 1 && BM == 128), "the staged tile: cooperative, 128 rows, no cluster");
 };
 using Cfg128x256 = Config<128, 256, 4, false>;
 using Cfg256x128 = Config<256, 128, 4, false>;
@@ -151,12 +140,9 @@ using CfgPingPong128x128 = Config<128, 128, 6, true>;
 using CfgPingPong128x128C2 = Config<128, 128, 6, true, 2>;
 using Cfg128x320 = Config<128, 320, 3, false>;
 using Cfg128x320C2 = Config<128, 320, 3, false, 2>;
-using CfgStaged128x256 = Config<128, 256, 3, false, 1, true>;
 
 constexpr int kThreads = 384;        // producer warpgroup + 2 consumer warpgroups
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128*40 + 256*232 <= 64K registers
-// The staged tile's epilogue warps (2 and 3 of warpgroup 0); its warpgroup keeps its registers.
-constexpr int kStagedEpilogueWarp0 = 2, kStagedEpilogueThreads = 64;
 // Named barriers of the threads running one tile's epilogue (0 is __syncthreads): 1 for both
 // consumers (cooperative), 1 + consumer for one (ping-pong).
 constexpr int kEpilogueBarrier = 1;
@@ -165,34 +151,25 @@ constexpr int kEpilogueBarrier = 1;
 // slot before this tile's first is filled, so the stage barriers are at most one phase behind
 // and their parity waits cannot mistake an older phase for the awaited one.
 constexpr int kOrderBarrier = 3;
-// The staged tile: the consumers arrive on kStagedFullBarrier once they have prestaged a tile and
-// the epilogue warps wait there; they arrive on kStagedEmptyBarrier once they have read the tile,
-// where the consumers wait before prestaging their next (each 320 threads: 256 + 64).
-constexpr int kStagedFullBarrier = 5, kStagedEmptyBarrier = 6, kStagedBarrierThreads = 256 + kStagedEpilogueThreads;
 
-// The staged tile's epilogue warps take 64 rows each (4 m64... blocks of 16 rows a warp, in the
-// fragment numbering the prestaged layout does not use).
 template <class Cfg, class P>
-using EpilogueOf = std::conditional_t<Cfg::STAGED, TileEpilogue<P, 4, Cfg::FN, 64, 2, 1, false, true>,
-                                      TileEpilogue<P, Cfg::FM, Cfg::FN, 64, Cfg::WARPS_M, 1>>;
+using EpilogueOf = TileEpilogue<P, Cfg::FM, Cfg::FN, 64, Cfg::WARPS_M, 1>;
 
 // The ring gets the configuration's stages, fewer where the epilogue's shared memory (its staging
 // buffer and parked column states, gemm_epilogue.cuh) leaves no room for them.
 template <class Cfg, class P>
 struct SmemLayout {
     static constexpr int kEpilogueBytes = (int)EpilogueOf<Cfg, P>::kSmemBytes;  // per concurrent tile
-    static constexpr int kPrestagedBytes = (int)EpilogueOf<Cfg, P>::kPrestagedBytes;  // the staged tile's
     static constexpr int kLimit = 227 * 1024;
 
     struct Offsets {
-        int b, bars, prestaged, epilogue, bytes, launch_bytes;
+        int b, bars, epilogue, bytes, launch_bytes;
     };
     static constexpr Offsets offsets(int stages) {
         Offsets o{};
         o.b = stages * Cfg::A_BYTES;
         o.bars = o.b + stages * Cfg::B_BYTES;  // full[stages], empty[stages]
-        o.prestaged = (o.bars + 2 * stages * 8 + 127) / 128 * 128;
-        o.epilogue = o.prestaged + kPrestagedBytes;
+        o.epilogue = (o.bars + 2 * stages * 8 + 127) / 128 * 128;
         o.bytes = o.epilogue + (Cfg::PINGPONG ? 2 : 1) * kEpilogueBytes;
         o.launch_bytes = o.bytes + 1024;  // room to align the base to a swizzle atom
         return o;
@@ -204,8 +181,8 @@ struct SmemLayout {
     }
     static constexpr int kStages = stages_that_fit();
     static constexpr Offsets kAt = offsets(kStages);
-    static constexpr int a = 0, b = kAt.b, bars = kAt.bars, prestaged = kAt.prestaged, epilogue = kAt.epilogue,
-                         bytes = kAt.bytes, launch_bytes = kAt.launch_bytes;
+    static constexpr int a = 0, b = kAt.b, bars = kAt.bars, epilogue = kAt.epilogue, bytes = kAt.bytes,
+                         launch_bytes = kAt.launch_bytes;
     static_assert(launch_bytes <= kLimit, "shared memory of the tile configuration");
 };
 
@@ -548,7 +525,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int warpgroup = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     if (warpgroup == 0) {
         // ------------------------------------------------ producer
-        if constexpr (!Cfg::STAGED) ptx::setmaxnreg_dec<kProducerRegs>();
+        ptx::setmaxnreg_dec<kProducerRegs>();
         if (threadIdx.x == 0) {
             int stage = 0;
             uint32_t phase = 0;
@@ -603,29 +580,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
         }
-        if constexpr (Cfg::STAGED) {
-            // ------------------------------------------------ the staged tile's epilogue
-            // The CTA's units in order, each once the consumers have prestaged it; its program's
-            // tile inputs asked of L2 while its mainloop still runs.
-            const int t = (int)threadIdx.x - 32 * kStagedEpilogueWarp0;
-            if (t >= 0) {
-                using Epilogue = EpilogueOf<Cfg, P>;
-                const EpilogueSync<kStagedEpilogueThreads> sync{kEpilogueBarrier};
-                for (int u = blockIdx.x; u < units; u += gridDim.x) {
-                    const TileCoord tc = unit_tile(u);
-                    if (params.prefetch_k_blocks > 0)
-                        Epilogue::prefetch(program, tc.m, tc.n, params.M, params.N, 0, Cfg::BM, t, kStagedEpilogueThreads);
-                    ptx::named_barrier_sync(kStagedFullBarrier, kStagedBarrierThreads);
-                    Epilogue::run_prestaged(program, smem_base + Smem::prestaged, tc.m, tc.n, params.tiles_n, params.M,
-                                            params.N, smem + Smem::epilogue, sync);
-                    if (u + gridDim.x < units) ptx::named_barrier_arrive(kStagedEmptyBarrier, kStagedBarrierThreads);
-                }
-            }
-        }
         if constexpr (kCluster == 1) return;
     } else {
         // ------------------------------------------------ consumers
-        if constexpr (!Cfg::STAGED) ptx::setmaxnreg_inc<kConsumerRegs>();
+        ptx::setmaxnreg_inc<kConsumerRegs>();
         const int consumer = warpgroup - 1;  // which half of the tile's rows, or (ping-pong) which tiles
         const int warp = __shfl_sync(0xffffffffu, (int)threadIdx.x / 32 % 4, 0), lane = threadIdx.x % 32;
         // acc[fm][fn][4]: wgmma's m64nN accumulator, fragment (fm, fn) of this warp at rows
@@ -668,9 +626,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             // The unit that runs the epilogue asks L2 for the tiles its program loads a few k-blocks
             // before the mainloop ends.
             const bool epilogue = inside && (params.splits == 1 || split == params.splits - 1);
-            const int prefetch_kb = !Cfg::STAGED && epilogue && params.prefetch_k_blocks > 0
-                                        ? max(0, k_blocks - params.prefetch_k_blocks)
-                                        : -1;
+            const int prefetch_kb =
+                epilogue && params.prefetch_k_blocks > 0 ? max(0, k_blocks - params.prefetch_k_blocks) : -1;
             // The k-loop on kFmUsed of the consumer's m64 blocks (those with rows in the matrix),
             // with wgmmas of n BN/2 where the tile's columns in the matrix fit in half (narrow): the
             // wgmmas left out would only multiply the copy engine's zeros; their accumulators stay 0.
@@ -738,12 +695,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
             slot += k_blocks + (Cfg::PINGPONG ? unit_k_blocks(u + clusters) : 0);  // ping-pong: and the other's next
 
-            if constexpr (Cfg::STAGED) {
-                // The epilogue warpgroup has read the previous tile: prestage this one and go on.
-                if (i > 0) ptx::named_barrier_sync(kStagedEmptyBarrier, kStagedBarrierThreads);
-                Epilogue::prestage(acc[0], consumer * 64 + warp * 16, smem_base + Smem::prestaged);
-                ptx::named_barrier_arrive(kStagedFullBarrier, kStagedBarrierThreads);
-            } else if (inside && (params.splits == 1 || reduce_splits<Cfg>(params, acc, tile, split, sync)))
+            if (inside && (params.splits == 1 || reduce_splits<Cfg>(params, acc, tile, split, sync)))
                 Epilogue::run(program, acc, tc.m * Cfg::BM + a_row0 + warp * 16, tc.n * Cfg::BN, warp_m, 0, tc.m,
                               tc.n, params.tiles_m, params.tiles_n, params.M, params.N, epilogue_smem, sync);
         }
@@ -898,8 +850,7 @@ decltype(auto) with_config(Tile t, F&& f) {
         case Tile::kPingPong128x128: return f(ConfigOf<CfgPingPong128x128>{});
         case Tile::kPingPong128x128C2: return f(ConfigOf<CfgPingPong128x128C2>{});
         case Tile::k128x320: return f(ConfigOf<Cfg128x320>{});
-        case Tile::k128x320C2: return f(ConfigOf<Cfg128x320C2>{});
-        default: return f(ConfigOf<CfgStaged128x256>{});
+        default: return f(ConfigOf<Cfg128x320C2>{});
     }
 }
 inline int tile_m(Tile t) {
@@ -953,7 +904,7 @@ struct CostModel {
         }
     }
     double epilogue(Tile t) const {
-        if (t == Tile::kPingPong128x128 || t == Tile::kPingPong128x128C2 || t == Tile::kStaged128x256) return 0.0;
+        if (t == Tile::kPingPong128x128 || t == Tile::kPingPong128x128C2) return 0.0;
         return t == Tile::k128x320 || t == Tile::k128x320C2 ? wide_epilogue : coop_epilogue;
     }
 };
@@ -1024,17 +975,14 @@ inline std::optional<Tile> forced_tile() {
 // K is long (kWideProgramMinKBlocks) its epilogue costs as much on ping-pong as unhidden on the
 // wide tile, so the wide tile's epilogue term is left out of its cost.
 // wide_refused: the program declares that it must not run on the 128 x 320 tile (wide_tile_refused).
-// staged_ok: the program may take its accumulators rounded to bf16 (staged_tile_allowed), as the
-// staged tile gives them; it runs there only where CODAGPT_GEMM_TILE=st128x256 asks for it.
 inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = false, bool wide_refused = false,
-                        const CostModel& costs = kH200Costs, bool staged_ok = false) {
+                        const CostModel& costs = kH200Costs) {
     // Estimated time ~ (work units per CTA) * tile area * cost per element of the configuration
     // * (k-blocks per unit, plus the partial's cost when split, plus its unhidden epilogue).
     // Splitting K pays where the tiles are too few to fill the SMs evenly (the weight gradients'
     // small outputs with K = B*T).
     const int k_blocks = n_tiles(prob.K, kBK);
-    std::optional<Tile> forced = forced_tile();
-    if (forced == Tile::kStaged128x256 && !staged_ok) forced.reset();  // not for this program: its own plan
+    const std::optional<Tile> forced = forced_tile();
     const bool wide_hidden = wide_program && k_blocks >= kWideProgramMinKBlocks;
     Plan best;
     double best_cost = 1e300;
@@ -1044,9 +992,7 @@ inline Plan choose_plan(const GemmProblem& prob, int sms, bool wide_program = fa
         // ran no faster than pp128x128 on the 1.5B shapes, sustained or not, nor in the 1.5B step.
         if (!forced && tile_cluster(t) > 1) continue;
         if (!forced && wide_refused && tile_n(t) == 320) continue;
-        if (!forced && t == Tile::kStaged128x256) continue;
-        // clusters and the staged tile do not split K
-        const int max_splits = tile_cluster(t) > 1 || t == Tile::kStaged128x256 ? 1 : kMaxSplits;
+        const int max_splits = tile_cluster(t) > 1 ? 1 : kMaxSplits;  // clusters do not split K
         for (int s = 1; s <= max_splits; s++) {
             const int per_split = split_k_blocks(k_blocks, s);
             if (s > 1 && (per_split < kMinSplitKBlocks || !splits_fit(k_blocks, s))) break;
@@ -1201,12 +1147,6 @@ void launch(const P& program, const GemmProblem& prob, int splits, cudaStream_t 
 
 template <class Cfg, class P>
 void launch_layouts(const P& program, const GemmProblem& prob, int splits, cudaStream_t stream) {
-    if constexpr (Cfg::STAGED) {
-        // (no kernel of the staged tile is built for the other programs)
-        if constexpr (!staged_tile_allowed<P>) throw Error("sm90 GEMM: the staged tile rounds the accumulators to bf16, which this program does not allow");
-        else if (splits != 1) throw Error("sm90 GEMM: the staged tile does not split K");
-    }
-    if constexpr (Cfg::STAGED && !staged_tile_allowed<P>) return;
     const bool a_mmajor = prob.a.layout.transposed, b_nmajor = !prob.b.layout.transposed;
     if (a_mmajor) {
         if (b_nmajor) launch<Cfg, true, true>(program, prob, splits, stream);
@@ -1248,7 +1188,7 @@ template <class P = void>
 detail::Plan plan(const GemmProblem& prob) {
     const detail::DeviceInfo& d = detail::device_info();
     return detail::choose_plan(prob, d.sms, wide_tile_pays<P>, wide_tile_refused<P>,
-                               detail::plan_costs(d, std::is_void_v<P> || plain_gemm<P>), staged_tile_allowed<P>);
+                               detail::plan_costs(d, std::is_void_v<P> || plain_gemm<P>));
 }
 // The tile shape and lane split gemm() uses for P on `prob` (callers size partials buffers from it).
 template <class P = void>

@@ -32,15 +32,6 @@ __device__ inline float4 ld_shared_v4(uint32_t addr) {
     return v;
 }
 
-__device__ inline uint4 ld_shared_v4_b32(uint32_t addr) {
-    uint4 v;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
-    return v;
-}
-__device__ inline void st_shared_b32(uint32_t addr, uint32_t a) {
-    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(a) : "memory");
-}
-
 // 16-byte global -> shared copy to a 32-bit shared address.
 __device__ inline void cp_async16(uint32_t dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");

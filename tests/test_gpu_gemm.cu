@@ -45,9 +45,7 @@ double gpu_tol(int K) { return kFp32Bound + K / 16 * std::ldexp(1.0, -23); }
 // The checks' Runner on the GPU: host vectors are mirrored in device buffers for one run.
 // sm90_tile >= 0: GEMMs (K > 0) on that tile configuration of the Hopper mainloop (sm90::kTiles)
 // and with K split `splits` ways (fewer where K has too few k-blocks for that many), instead of
-// the plan the engine picks for the shape; a program that does not allow the staged tile
-// (staged_tile_allowed) keeps its plan there. On the staged tile the program takes the
-// accumulators rounded to bf16: tol() then adds two bf16 roundings of the largest value.
+// the plan the engine picks for the shape.
 class GpuRunner {
   public:
     explicit GpuRunner(Mainloop m, int sm90_tile = -1, int splits = 1) : mainloop_(m), tile_(sm90_tile), splits_(splits) {}
@@ -61,20 +59,17 @@ class GpuRunner {
     const T* at(const std::vector<T>& v) { return static_cast<const T*>(mirror(v.data(), v.size() * sizeof(T), nullptr)); }
     template <class P>
     TileShape shape(const HostGemm& g) const {
-        if (forced<P>(g)) return sm90::detail::tile_shape_of(sm90::kTiles[tile_]);
+        if (forced(g)) return sm90::detail::tile_shape_of(sm90::kTiles[tile_]);
         return gemm_tile_shape<P>(GemmProblem{g.M, g.N, g.K, {nullptr, g.la}, {nullptr, g.lb}}, mainloop_);
     }
-    double tol(int K) const { return gpu_tol(K) + (staged_ ? std::ldexp(1.0, -8) : 0.0); }
+    double tol(int K) const { return gpu_tol(K); }
     template <class P>
     void run(const P& p, const HostGemm& g) {
         GemmProblem prob{g.M, g.N, g.K, {}, {}};
         if (g.K > 0) prob.a = {at(*g.a), g.la}, prob.b = {at(*g.b), g.lb};
-        staged_ = false;
         if constexpr (is_pass<P>) gemm(p, prob, 0, mainloop_);  // no mainloop to force
-        else if (forced<P>(g)) {
-            sm90::detail::gemm_with_plan(p, prob, {sm90::kTiles[tile_], splits_for(g.K)}, 0);
-            staged_ = sm90::kTiles[tile_] == sm90::Tile::kStaged128x256;
-        } else gemm(p, prob, 0, mainloop_);
+        else if (forced(g)) sm90::detail::gemm_with_plan(p, prob, {sm90::kTiles[tile_], splits_for(g.K)}, 0);
+        else gemm(p, prob, 0, mainloop_);
         CUDA_CHECK(cudaDeviceSynchronize());
         for (const Mirror& m : mirrors_)
             if (m.out) CUDA_CHECK(cudaMemcpy(m.out, m.dev, m.bytes, cudaMemcpyDeviceToHost));
@@ -104,10 +99,7 @@ class GpuRunner {
         for (const Mirror& m : mirrors_) cudaFree(m.dev);
         mirrors_.clear();
     }
-    template <class P>
-    bool forced(const HostGemm& g) const {  // passes (K = 0) have no mainloop
-        return tile_ >= 0 && g.K > 0 && (sm90::kTiles[tile_] != sm90::Tile::kStaged128x256 || staged_tile_allowed<P>);
-    }
+    bool forced(const HostGemm& g) const { return tile_ >= 0 && g.K > 0; }  // passes (K = 0) have no mainloop
     int splits_for(int K) const {
         int s = splits_;
         while (!sm90::detail::splits_fit(n_tiles(K, sm90::kBK), s)) s--;
@@ -115,7 +107,6 @@ class GpuRunner {
     }
     Mainloop mainloop_;
     int tile_, splits_;
-    bool staged_ = false;  // the last run's GEMM ran on the staged tile
     std::vector<Mirror> mirrors_;
 };
 
