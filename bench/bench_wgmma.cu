@@ -282,8 +282,8 @@ __global__ void __launch_bounds__(32) bulk_copy_loop(const unsigned char* src, l
 // 3 stages of operands while a fifth warp streams 2 pieces (32 KB, the operands of a 128 x 128 x 64
 // k-block) a k-block from `src` into a ring of 6 slots. The two run unpaced, each its own count.
 constexpr int kMixStages = 3, kMixSlots = 6, kMixStageBytes = 2 * 64 * 128 + 128 * 128;
-constexpr int kMixSmem = kMixStages * kMixStageBytes + kMixSlots * kPiece + 1024;
-__global__ void __launch_bounds__(160) wgmma_copy_loop(float* out, long long* cycles, int iters,
+constexpr int kMixSmem = kMixStages * kMixStageBytes + kMixSlots * kPiece + 1024, kMixThreads = 128 + 32;
+__global__ void __launch_bounds__(kMixThreads) wgmma_copy_loop(float* out, long long* cycles, int iters,
                                                        const unsigned char* src, long span, long block_stride) {
 #ifdef CODA_SM90_DEVICE
     extern __shared__ unsigned char smem_raw[];
@@ -440,7 +440,8 @@ void energy_table(const std::vector<Pattern>& patterns, int iters, int sms, cons
     const double idle_w = idle.run.w;
     auto above_idle = [&](const EnergyRow& e, double units) { return (e.run.j - idle_w * e.run.ms * 1e-3) / units * 1e12; };
 
-    double pingpong_pj_above = NAN;  // the ping-pong pattern's, for the mixed row's prediction
+    // The ping-pong pattern's flop a k-block and price, for the mixed row (its wgmmas).
+    double pingpong_flop_per_iter = NAN, pingpong_pj_above = NAN;
     for (const Pattern& p : patterns) {
         if (!p.energy) continue;
         CHECK_CUDA(cudaFuncSetAttribute(p.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
@@ -450,7 +451,7 @@ void energy_table(const std::vector<Pattern>& patterns, int iters, int sms, cons
         CHECK_CUDA(cudaGetLastError());
         const double flop = p.flop_per_iter * iters * sms, tflops = flop / (e.run.ms * 1e-3) / 1e12;
         const double pj = e.run.j / flop * 1e12, pj_above = above_idle(e, flop);
-        if (p.kernel == wgmma_loop<128, 2, 1>) pingpong_pj_above = pj_above;  // the mixed row's wgmmas
+        if (p.kernel == wgmma_loop<128, 2, 1>) pingpong_flop_per_iter = p.flop_per_iter, pingpong_pj_above = pj_above;
         std::printf("%-26s %8.3f %6.0f %6.0f %6.0f TF %9.4f %11.4f  pJ/flop\n", p.name, e.run.ms, e.run.w, e.mhz,
                     tflops, pj, pj_above);
         record(o, "wgmma", p.name, e, {{"tflops", tflops}, {"pj_flop", pj}, {"pj_flop_above_idle", pj_above}});
@@ -489,12 +490,14 @@ void energy_table(const std::vector<Pattern>& patterns, int iters, int sms, cons
     // parts' costs above idle (the idle watts over this run's time, plus each part's units).
     CHECK_CUDA(cudaFuncSetAttribute(wgmma_copy_loop, cudaFuncAttributeMaxDynamicSharedMemorySize, kMixSmem));
     {
-        LoopBuffers buf(sms, 160);
+        LoopBuffers buf(sms, kMixThreads);
         const EnergyRow e = sustained_row(
-            [&] { wgmma_copy_loop<<<sms, 160, kMixSmem>>>(buf.out, buf.cycles, iters, src, l2.span, l2.block_stride); },
+            [&] {
+                wgmma_copy_loop<<<sms, kMixThreads, kMixSmem>>>(buf.out, buf.cycles, iters, src, l2.span, l2.block_stride);
+            },
             o.seconds, *meter);
         CHECK_CUDA(cudaGetLastError());
-        const double flop = 2.0 * 2 * 64 * 128 * kBK * iters * sms, bytes = 2.0 * kPiece * iters * sms;
+        const double flop = pingpong_flop_per_iter * iters * sms, bytes = 2.0 * kPiece * iters * sms;
         const double tflops = flop / (e.run.ms * 1e-3) / 1e12, gbs = bytes / (e.run.ms * 1e-3) / 1e9;
         const double predicted_j = (idle_w * e.run.ms * 1e-3 + (flop * pingpong_pj_above + bytes * l2_pj_above) * 1e-12);
         std::printf("%-26s %8.3f %6.0f %6.0f %6.0f TF %6.0f GB/s: %.4f J a launch against %.4f from the parts\n",
