@@ -6,7 +6,7 @@
 // memory holds (a mainloop's k-blocks bring new bits to the tensor cores, whose power depends on
 // them).
 //
-//   bench_wgmma [--iters N] [--energy SECONDS] [--json FILE]
+//   bench_wgmma [--iters N] [--energy SECONDS] [--json FILE] [--work]
 //
 // Prints, for each pattern, dense bf16 flop per clock per SM (4096 is the tensor cores' peak) on one
 // block (one SM) and on a block per SM (the median block), both from clock64, and the launch's
@@ -25,6 +25,9 @@
 // its power limit a kernel's time follows its joules, so these per-unit costs say which of a
 // GEMM's resources (its tensor work by issue pattern, its L2 and DRAM bytes, from Nsight Compute's
 // counters) its energy, and so its speed there, goes to (bench/results/h100_unit_energy_585679b/).
+// --work: instead, the work-between-wgmmas table (wgmma_work_loop): how much of GeluBackward's epilogue
+// the cooperative 128 x 256 mainloop's consumers can run between a k-block's commit and wait, and
+// at what cost to the wgmmas' rate.
 // --json appends a "unit_energy" record a row (../shared/design/RESULTS.md's common keys, then
 // part, pattern, ms, w, sm_mhz, calls, seconds, and the row's rate and prices: tflops, pj_flop and
 // pj_flop_above_idle; gbs, pj_byte and pj_byte_above_idle; for the mixed row j and j_from_parts).
@@ -304,6 +307,88 @@ __global__ void __launch_bounds__(kMixThreads) wgmma_copy_loop(float* out, long 
 #endif
 }
 
+// GeluBackward's epilogue run inside the cooperative 128 x 256 mainloop (a question for a design
+// not built: each consumer running the previous tile's epilogue on accumulators it left in shared
+// memory as bf16, between issuing a k-block's wgmmas and waiting on them). Two warpgroups issue 1 x
+// m64n256 a k16 step over 3 stages, as wgmma_loop<256, 1, 2>; after each k-block's commit every
+// thread runs W2 / 2 segments (W2 odd: one more on even k-blocks) of 8 elements: 16 bytes of bf16
+// accumulators from a 32 KB region of shared memory, 16 bytes of f from global memory (loaded one
+// k-block ahead into registers), gelu and gelu' of f (the engine's gelu_values), df = acc gelu'(f)
+// and gelu(f) stored, 16 bytes each. f, df and g stream over 256 MiB each (DRAM, not L2).
+// MMA = false: the segments alone, the same loop without the wgmmas (the work's own time).
+// A 1.5B GeluBackward tile (K = 1600: 25 k-blocks, 16 segments a thread) is W2 ~ 1.3, 350M's (K =
+// 1024) W2 = 2.
+constexpr int kWorkStages = 3, kWorkStageBytes = 2 * 64 * 128 + 256 * 128, kWorkAccBytes = 32 * 1024;
+constexpr int kWorkSmem = kWorkStages * kWorkStageBytes + kWorkAccBytes + 1024;
+constexpr long kWorkSpanBytes = 256L << 20;
+template <int W2, bool MMA>
+__global__ void __launch_bounds__(256, 1) wgmma_work_loop(float* out, long long* cycles, int iters, const uint4* f,
+                                                          uint4* df, uint4* g) {
+#ifdef CODA_SM90_DEVICE
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = fill_operands(smem_raw, kWorkStages * kWorkStageBytes + kWorkAccBytes);
+    const int wg = threadIdx.x / 128;
+    const uint32_t a_lo0 = ptx::desc_lo(ptx::smem_addr(smem + wg * 64 * 128));
+    const uint32_t b_lo0 = ptx::desc_lo(ptx::smem_addr(smem + 2 * 64 * 128));
+    const uint32_t acc_tile = ptx::smem_addr(smem + kWorkStages * kWorkStageBytes);
+    constexpr int kSegs = (W2 + 1) / 2;
+    constexpr long kSpanPieces = kWorkSpanBytes / 16;
+    const long threads = (long)gridDim.x * blockDim.x, me = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    auto piece = [&](int it, int s) { return ((long)it * kSegs + s) * threads % kSpanPieces + me; };
+    uint4 fcur[kSegs > 0 ? kSegs : 1], fnext[kSegs > 0 ? kSegs : 1];
+#pragma unroll
+    for (int s = 0; s < kSegs; s++) fcur[s] = __ldcs(f + piece(0, s));
+    float acc[1][128];
+#pragma unroll
+    for (int j = 0; j < 128; j++) acc[0][j] = 0.f;
+    float keep = 0.f;
+    __syncthreads();
+    const long long t0 = clock64();
+    int stage = 0;
+    for (int it = 0; it < iters; it++) {
+        if constexpr (MMA) {
+            const uint32_t a_lo = a_lo0 + stage * (kWorkStageBytes / 16), b_lo = b_lo0 + stage * (kWorkStageBytes / 16);
+            ptx::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kBK / 16; kk++)
+                ptx::Wgmma<256, 0, 0>::run(acc[0], ptx::desc(a_lo + kk * 32 / 16), ptx::desc(b_lo + kk * 32 / 16), 1);
+            ptx::wgmma_commit();
+        }
+        const int segs = W2 % 2 == 1 && (it & 1) ? kSegs - 1 : kSegs;
+#pragma unroll
+        for (int s = 0; s < kSegs; s++) {
+            if (s >= segs) continue;
+            if (it + 1 < iters) fnext[s] = __ldcs(f + piece(it + 1, s));
+            uint4 a;
+            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(a.x), "=r"(a.y), "=r"(a.z), "=r"(a.w)
+                         : "r"(acc_tile + ((threadIdx.x + 256 * (it * kSegs + s)) * 16) % kWorkAccBytes));
+            const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, fw[4] = {fcur[s].x, fcur[s].y, fcur[s].z, fcur[s].w};
+            uint32_t dw[4], gw[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const __nv_bfloat162 av = *reinterpret_cast<const __nv_bfloat162*>(&aw[k]);
+                const __nv_bfloat162 fv = *reinterpret_cast<const __nv_bfloat162*>(&fw[k]);
+                const coda::GeluValues lo = coda::gelu_values(__low2float(fv)), hi = coda::gelu_values(__high2float(fv));
+                const __nv_bfloat162 d = __floats2bfloat162_rn(__low2float(av) * lo.grad, __high2float(av) * hi.grad);
+                const __nv_bfloat162 gg = __floats2bfloat162_rn(lo.g, hi.g);
+                dw[k] = *reinterpret_cast<const uint32_t*>(&d);
+                gw[k] = *reinterpret_cast<const uint32_t*>(&gg);
+            }
+            const long at = piece(it, s);
+            __stcs(df + at, make_uint4(dw[0], dw[1], dw[2], dw[3]));
+            __stcs(g + at, make_uint4(gw[0], gw[1], gw[2], gw[3]));
+            fcur[s] = fnext[s];
+        }
+        if constexpr (MMA) ptx::wgmma_wait<1>();
+        else keep += __uint_as_float(fcur[0].x);
+        if (++stage == kWorkStages) stage = 0;
+    }
+    finish(acc, t0, out, cycles);
+    if (keep == -1.f) out[0] = keep;  // (never: keeps the work-only loop's loads)
+#endif
+}
+
 // Every SM busy doing nothing: a block an SM asleep for `cycles` clocks (of its SM).
 __global__ void __launch_bounds__(32) idle_loop(long long cycles) {
     const long long t0 = clock64();
@@ -513,8 +598,69 @@ void print_row(const char* name, const char* engine_use, const Result& r) {
                 100.0 * r.all_sms / 4096.0, r.all_ms, r.all_mhz);
 }
 
+// The work-between-wgmmas table: each variant on a block per SM, the median block's flop a clock (the
+// wgmmas') and the launch's wall time; the work-only rows give the segments' own time, so a row's
+// overlap is its time against the larger of its parts'.
+void work_table(int iters, int sms) {
+    using Kernel = void (*)(float*, long long*, int, const uint4*, uint4*, uint4*);
+    struct Variant {
+        const char* name;
+        Kernel kernel;
+        int w2;
+        bool mma;
+    };
+    const Variant variants[] = {
+        {"m64n256 x 2 WGs", wgmma_work_loop<0, true>, 0, true},
+        {"  + 0.5 seg/k-block", wgmma_work_loop<1, true>, 1, true},
+        {"  + 1 seg/k-block", wgmma_work_loop<2, true>, 2, true},
+        {"  + 1.5 seg/k-block", wgmma_work_loop<3, true>, 3, true},
+        {"  + 2 seg/k-block", wgmma_work_loop<4, true>, 4, true},
+        {"work only, 0.5", wgmma_work_loop<1, false>, 1, false},
+        {"work only, 1", wgmma_work_loop<2, false>, 2, false},
+        {"work only, 1.5", wgmma_work_loop<3, false>, 3, false},
+        {"work only, 2", wgmma_work_loop<4, false>, 4, false},
+    };
+    const size_t bytes = kWorkSpanBytes + (2L << 20);  // + the last pieces' spill past the span
+    unsigned char* buf[3];
+    for (auto& b : buf) {
+        CHECK_CUDA(cudaMalloc(&b, bytes));
+        CHECK_CUDA(cudaMemset(b, 0x3c, bytes));
+    }
+    LoopBuffers lb(sms, 256);
+    std::printf("\nGeluBackward's epilogue segments (8 elements: 16 B of bf16 acc from shared memory, 16 B of f "
+                "in, 2 x 16 B out) between a cooperative 128 x 256 k-block's commit and wait; %d k-blocks\n",
+                iters);
+    std::printf("%-22s %9s %8s %9s %10s\n", "variant", "flop/clk", "ms", "GB/s", "segs/us/SM");
+    double mma_ms = NAN;
+    std::vector<double> work_ms(5, NAN), both_ms(5, NAN);
+    for (const Variant& v : variants) {
+        CHECK_CUDA(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWorkSmem));
+        auto launch = [&] {
+            v.kernel<<<sms, 256, kWorkSmem>>>(lb.out, lb.cycles, iters, reinterpret_cast<const uint4*>(buf[0]),
+                                              reinterpret_cast<uint4*>(buf[1]), reinterpret_cast<uint4*>(buf[2]));
+        };
+        const double ms = median_ms(launch, /*runs=*/5, /*warmup=*/2);
+        CHECK_CUDA(cudaGetLastError());
+        std::vector<long long> c(sms);
+        CHECK_CUDA(cudaMemcpy(c.data(), lb.cycles, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
+        std::sort(c.begin(), c.end());
+        const double flop_clk = v.mma ? 2.0 * 2 * 64.0 * 256 * kBK * iters / (double)c[sms / 2] : 0.0;
+        const double segs = (double)iters * v.w2 / 2.0 * 256;  // a block's
+        const double gbs = segs * sms * 48.0 / (ms * 1e-3) / 1e9;
+        std::printf("%-22s %9.0f %8.3f %9.0f %10.2f", v.name, flop_clk, ms, gbs, segs / (ms * 1e3));
+        if (v.w2 == 0) mma_ms = ms;
+        (v.mma ? both_ms : work_ms)[v.w2] = ms;
+        if (!v.mma && !std::isnan(both_ms[v.w2]))
+            std::printf("   with the wgmmas %.3f ms: %.2fx the larger part, %.2fx the sum", both_ms[v.w2],
+                        both_ms[v.w2] / std::max(mma_ms, ms), both_ms[v.w2] / (mma_ms + ms));
+        std::printf("\n");
+    }
+    for (auto& b : buf) CHECK_CUDA(cudaFree(b));
+}
+
 int run(int argc, char** argv) {
     int iters = 20000;
+    bool work = false;
     EnergyOptions energy;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
@@ -525,7 +671,8 @@ int run(int argc, char** argv) {
         if (a == "--iters") iters = (int)bench::number_option(a, next(), 10, /*integer=*/true);
         else if (a == "--energy") energy.seconds = bench::number_option(a, next(), 0);
         else if (a == "--json") energy.json = next();
-        else throw Error("unknown argument " + a + " (usage: bench_wgmma [--iters N] [--energy SECONDS] [--json FILE])");
+        else if (a == "--work") work = true;
+        else throw Error("unknown argument " + a + " (usage: bench_wgmma [--iters N] [--energy SECONDS] [--json FILE] [--work])");
     }
     if (!energy.json.empty() && energy.seconds <= 0) throw Error("--json records the --energy table: give --energy too");
     int devices = 0;
@@ -556,6 +703,10 @@ int run(int argc, char** argv) {
     std::printf("%s, %d SMs, %d k-blocks of 64 a warpgroup\n", prop.name, sms, iters);
     std::printf("%-26s %-34s %8s %8s %7s %8s %6s\n", "pattern (a warpgroup)", "where the engine issues it",
                 "1 SM", "all SMs", "/peak", "ms", "MHz>=");
+    if (work) {  // only the work-between-wgmmas table
+        work_table(iters, sms);
+        return 0;
+    }
     for (const Pattern& p : patterns)
         print_row(p.name, p.engine_use, measure(p.kernel, p.threads, p.flop_per_iter, iters, sms));
     if (energy.seconds > 0) energy_table(patterns, iters, sms, energy);
