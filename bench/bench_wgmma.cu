@@ -310,39 +310,53 @@ __global__ void __launch_bounds__(kMixThreads) wgmma_copy_loop(float* out, long 
 // GeluBackward's epilogue run inside the cooperative 128 x 256 mainloop (a question for a design
 // not built: each consumer running the previous tile's epilogue on accumulators it left in shared
 // memory as bf16, between issuing a k-block's wgmmas and waiting on them). Two warpgroups issue 1 x
-// m64n256 a k16 step over 3 stages, as wgmma_loop<256, 1, 2>; after each k-block's commit every
-// thread runs W2 / 2 segments (W2 odd: one more on even k-blocks) of 8 elements: 16 bytes of bf16
-// accumulators from a 32 KB region of shared memory, 16 bytes of f from global memory (loaded one
+// m64n256 a k16 step over 2 resident stages, as wgmma_loop<256, 1, 2>; after each k-block's commit
+// every thread runs W4 segments every 4 k-blocks (spread evenly) of 8 elements: 16 bytes of bf16
+// accumulators from a 32 KB region of shared memory, 16 bytes of f from global memory (loaded a
 // k-block ahead into registers), gelu and gelu' of f (the engine's gelu_values), df = acc gelu'(f)
 // and gelu(f) stored, 16 bytes each. f, df and g stream over 256 MiB each (DRAM, not L2).
 // MMA = false: the segments alone, the same loop without the wgmmas (the work's own time).
-// A 1.5B GeluBackward tile (K = 1600: 25 k-blocks, 16 segments a thread) is W2 ~ 1.3, 350M's (K =
-// 1024) W2 = 2.
-constexpr int kWorkStages = 3, kWorkStageBytes = 2 * 64 * 128 + 256 * 128, kWorkAccBytes = 32 * 1024;
-constexpr int kWorkSmem = kWorkStages * kWorkStageBytes + kWorkAccBytes + 1024;
+// COPY: a ninth warp streams a 128 x 256 tile's operands a k-block (48 KB) from a 16 MiB span of L2
+// into a ring of shared memory by bulk copies, unpaced, as the mainloop's producer would.
+// A 1.5B GeluBackward tile (K = 1600: 25 k-blocks, 16 segments a thread) is W4 ~ 2.6, 350M's (K =
+// 1024) W4 = 4.
+constexpr int kWorkStages = 2, kWorkStageBytes = 2 * 64 * 128 + 256 * 128, kWorkAccBytes = 32 * 1024;
+constexpr int kWorkSlots = 6, kWorkPiecesPerKBlock = kWorkStageBytes / kPiece;
+constexpr int kWorkSmem = 1024 + kWorkSlots * kPiece + kWorkStages * kWorkStageBytes + kWorkAccBytes;
 constexpr long kWorkSpanBytes = 256L << 20;
-template <int W2, bool MMA>
-__global__ void __launch_bounds__(256, 1) wgmma_work_loop(float* out, long long* cycles, int iters, const uint4* f,
-                                                          uint4* df, uint4* g) {
+template <int W4, bool MMA, bool COPY>
+__global__ void __launch_bounds__(256 + 32, 1) wgmma_work_loop(float* out, long long* cycles, int iters, const uint4* f,
+                                                               uint4* df, uint4* g, const unsigned char* src) {
 #ifdef CODA_SM90_DEVICE
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = fill_operands(smem_raw, kWorkStages * kWorkStageBytes + kWorkAccBytes);
+    __shared__ __align__(8) uint64_t full[kWorkSlots];
+    // The copy ring first (not operands: no fill), the operands and the accumulators' region after it.
+    const uint32_t ring = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+    unsigned char* smem = fill_operands(smem_raw + (ring - ptx::smem_addr(smem_raw)) + kWorkSlots * kPiece,
+                                        kWorkStages * kWorkStageBytes + kWorkAccBytes);
+    if (threadIdx.x >= 256) {
+        if (COPY && threadIdx.x == 256)
+            stream_pieces(src, 16L << 20, 64L << 10, kWorkPiecesPerKBlock * iters, ring, full, kWorkSlots);
+        return;
+    }
     const int wg = threadIdx.x / 128;
     const uint32_t a_lo0 = ptx::desc_lo(ptx::smem_addr(smem + wg * 64 * 128));
     const uint32_t b_lo0 = ptx::desc_lo(ptx::smem_addr(smem + 2 * 64 * 128));
     const uint32_t acc_tile = ptx::smem_addr(smem + kWorkStages * kWorkStageBytes);
-    constexpr int kSegs = (W2 + 1) / 2;
+    constexpr int kSegs = (W4 + 3) / 4;  // the most a k-block runs
     constexpr long kSpanPieces = kWorkSpanBytes / 16;
-    const long threads = (long)gridDim.x * blockDim.x, me = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long threads = (long)gridDim.x * 256, me = (long)blockIdx.x * 256 + threadIdx.x;
     auto piece = [&](int it, int s) { return ((long)it * kSegs + s) * threads % kSpanPieces + me; };
-    uint4 fcur[kSegs > 0 ? kSegs : 1], fnext[kSegs > 0 ? kSegs : 1];
+    auto segs_of = [](int it) { return ((it % 4) + 1) * W4 / 4 - (it % 4) * W4 / 4; };
+    uint4 fcur[kSegs > 0 ? kSegs : 1];
 #pragma unroll
-    for (int s = 0; s < kSegs; s++) fcur[s] = __ldcs(f + piece(0, s));
+    for (int s = 0; s < kSegs; s++)
+        if (s < segs_of(0)) fcur[s] = __ldcs(f + piece(0, s));
     float acc[1][128];
 #pragma unroll
     for (int j = 0; j < 128; j++) acc[0][j] = 0.f;
     float keep = 0.f;
-    __syncthreads();
+    asm volatile("bar.sync 1, 256;" ::: "memory");  // the consumers (the copy warp has gone its way)
     const long long t0 = clock64();
     int stage = 0;
     for (int it = 0; it < iters; it++) {
@@ -354,11 +368,10 @@ __global__ void __launch_bounds__(256, 1) wgmma_work_loop(float* out, long long*
                 ptx::Wgmma<256, 0, 0>::run(acc[0], ptx::desc(a_lo + kk * 32 / 16), ptx::desc(b_lo + kk * 32 / 16), 1);
             ptx::wgmma_commit();
         }
-        const int segs = W2 % 2 == 1 && (it & 1) ? kSegs - 1 : kSegs;
+        const int segs = segs_of(it), segs_next = it + 1 < iters ? segs_of(it + 1) : 0;
 #pragma unroll
         for (int s = 0; s < kSegs; s++) {
             if (s >= segs) continue;
-            if (it + 1 < iters) fnext[s] = __ldcs(f + piece(it + 1, s));
             uint4 a;
             asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                          : "=r"(a.x), "=r"(a.y), "=r"(a.z), "=r"(a.w)
@@ -378,13 +391,15 @@ __global__ void __launch_bounds__(256, 1) wgmma_work_loop(float* out, long long*
             const long at = piece(it, s);
             __stcs(df + at, make_uint4(dw[0], dw[1], dw[2], dw[3]));
             __stcs(g + at, make_uint4(gw[0], gw[1], gw[2], gw[3]));
-            fcur[s] = fnext[s];
         }
+#pragma unroll
+        for (int s = 0; s < kSegs; s++)
+            if (s < segs_next) fcur[s] = __ldcs(f + piece(it + 1, s));  // for the next k-block
         if constexpr (MMA) ptx::wgmma_wait<1>();
         else keep += __uint_as_float(fcur[0].x);
         if (++stage == kWorkStages) stage = 0;
     }
-    finish(acc, t0, out, cycles);
+    finish</*SYNC=*/false>(acc, t0, out, cycles);
     if (keep == -1.f) out[0] = keep;  // (never: keeps the work-only loop's loads)
 #endif
 }
@@ -599,45 +614,48 @@ void print_row(const char* name, const char* engine_use, const Result& r) {
 }
 
 // The work-between-wgmmas table: each variant on a block per SM, the median block's flop a clock (the
-// wgmmas') and the launch's wall time; the work-only rows give the segments' own time, so a row's
-// overlap is its time against the larger of its parts'.
+// wgmmas'), the launch's wall time, the segments' DRAM bytes a second, and (x wgmmas) a row's time
+// against its group's first row (no segments); the work-only rows give the segments' own time.
 void work_table(int iters, int sms) {
-    using Kernel = void (*)(float*, long long*, int, const uint4*, uint4*, uint4*);
+    using Kernel = void (*)(float*, long long*, int, const uint4*, uint4*, uint4*, const unsigned char*);
     struct Variant {
         const char* name;
         Kernel kernel;
-        int w2;
-        bool mma;
+        int w4;
+        bool mma, copy;
     };
     const Variant variants[] = {
-        {"m64n256 x 2 WGs", wgmma_work_loop<0, true>, 0, true},
-        {"  + 0.5 seg/k-block", wgmma_work_loop<1, true>, 1, true},
-        {"  + 1 seg/k-block", wgmma_work_loop<2, true>, 2, true},
-        {"  + 1.5 seg/k-block", wgmma_work_loop<3, true>, 3, true},
-        {"  + 2 seg/k-block", wgmma_work_loop<4, true>, 4, true},
-        {"work only, 0.5", wgmma_work_loop<1, false>, 1, false},
-        {"work only, 1", wgmma_work_loop<2, false>, 2, false},
-        {"work only, 1.5", wgmma_work_loop<3, false>, 3, false},
-        {"work only, 2", wgmma_work_loop<4, false>, 4, false},
+        {"m64n256 x 2 WGs", wgmma_work_loop<0, true, false>, 0, true, false},
+        {"  + 0.5 seg/k-block", wgmma_work_loop<2, true, false>, 2, true, false},
+        {"  + 0.75 seg/k-block", wgmma_work_loop<3, true, false>, 3, true, false},
+        {"  + 1 seg/k-block", wgmma_work_loop<4, true, false>, 4, true, false},
+        {"  + 2 seg/k-block", wgmma_work_loop<8, true, false>, 8, true, false},
+        {"m64n256 + L2 copies", wgmma_work_loop<0, true, true>, 0, true, true},
+        {"  + 0.5 seg/k-block", wgmma_work_loop<2, true, true>, 2, true, true},
+        {"  + 0.75 seg/k-block", wgmma_work_loop<3, true, true>, 3, true, true},
+        {"  + 1 seg/k-block", wgmma_work_loop<4, true, true>, 4, true, true},
+        {"work only, 0.5", wgmma_work_loop<2, false, false>, 2, false, false},
+        {"work only, 0.75", wgmma_work_loop<3, false, false>, 3, false, false},
+        {"work only, 1", wgmma_work_loop<4, false, false>, 4, false, false},
     };
     const size_t bytes = kWorkSpanBytes + (2L << 20);  // + the last pieces' spill past the span
-    unsigned char* buf[3];
+    unsigned char* buf[4];
     for (auto& b : buf) {
         CHECK_CUDA(cudaMalloc(&b, bytes));
         CHECK_CUDA(cudaMemset(b, 0x3c, bytes));
     }
-    LoopBuffers lb(sms, 256);
+    LoopBuffers lb(sms, 256 + 32);
     std::printf("\nGeluBackward's epilogue segments (8 elements: 16 B of bf16 acc from shared memory, 16 B of f "
                 "in, 2 x 16 B out) between a cooperative 128 x 256 k-block's commit and wait; %d k-blocks\n",
                 iters);
-    std::printf("%-22s %9s %8s %9s %10s\n", "variant", "flop/clk", "ms", "GB/s", "segs/us/SM");
-    double mma_ms = NAN;
-    std::vector<double> work_ms(5, NAN), both_ms(5, NAN);
+    std::printf("%-22s %9s %8s %9s %10s %9s\n", "variant", "flop/clk", "ms", "GB/s", "segs/us/SM", "x wgmmas");
+    double base_ms[2] = {NAN, NAN};
     for (const Variant& v : variants) {
         CHECK_CUDA(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWorkSmem));
         auto launch = [&] {
-            v.kernel<<<sms, 256, kWorkSmem>>>(lb.out, lb.cycles, iters, reinterpret_cast<const uint4*>(buf[0]),
-                                              reinterpret_cast<uint4*>(buf[1]), reinterpret_cast<uint4*>(buf[2]));
+            v.kernel<<<sms, 256 + 32, kWorkSmem>>>(lb.out, lb.cycles, iters, reinterpret_cast<const uint4*>(buf[0]),
+                                                   reinterpret_cast<uint4*>(buf[1]), reinterpret_cast<uint4*>(buf[2]),
+                                                   buf[3]);
         };
         const double ms = median_ms(launch, /*runs=*/5, /*warmup=*/2);
         CHECK_CUDA(cudaGetLastError());
@@ -645,14 +663,11 @@ void work_table(int iters, int sms) {
         CHECK_CUDA(cudaMemcpy(c.data(), lb.cycles, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
         std::sort(c.begin(), c.end());
         const double flop_clk = v.mma ? 2.0 * 2 * 64.0 * 256 * kBK * iters / (double)c[sms / 2] : 0.0;
-        const double segs = (double)iters * v.w2 / 2.0 * 256;  // a block's
+        const double segs = (double)iters * v.w4 / 4.0 * 256;  // a block's
         const double gbs = segs * sms * 48.0 / (ms * 1e-3) / 1e9;
+        if (v.mma && v.w4 == 0) base_ms[v.copy] = ms;
         std::printf("%-22s %9.0f %8.3f %9.0f %10.2f", v.name, flop_clk, ms, gbs, segs / (ms * 1e3));
-        if (v.w2 == 0) mma_ms = ms;
-        (v.mma ? both_ms : work_ms)[v.w2] = ms;
-        if (!v.mma && !std::isnan(both_ms[v.w2]))
-            std::printf("   with the wgmmas %.3f ms: %.2fx the larger part, %.2fx the sum", both_ms[v.w2],
-                        both_ms[v.w2] / std::max(mma_ms, ms), both_ms[v.w2] / (mma_ms + ms));
+        if (v.mma) std::printf(" %9.3f", ms / base_ms[v.copy]);
         std::printf("\n");
     }
     for (auto& b : buf) CHECK_CUDA(cudaFree(b));
