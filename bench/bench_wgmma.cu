@@ -324,8 +324,11 @@ constexpr int kWorkStages = 2, kWorkStageBytes = 2 * 64 * 128 + 256 * 128, kWork
 constexpr int kWorkSlots = 6, kWorkPiecesPerKBlock = kWorkStageBytes / kPiece;
 constexpr int kWorkSmem = 1024 + kWorkSlots * kPiece + kWorkStages * kWorkStageBytes + kWorkAccBytes;
 constexpr long kWorkSpanBytes = 256L << 20;
+constexpr int kWorkThreads = 256 + 32;                              // two consumer warpgroups and the copy warp
+constexpr int kSegmentBytes = 3 * 16;                               // a segment's f in, df and gelu(f) out
+constexpr double kWorkFlopPerKBlock = 2.0 * 2 * 64 * 256 * kBK;    // both warpgroups' m64n256 wgmmas
 template <int W4, bool MMA, bool COPY>
-__global__ void __launch_bounds__(256 + 32, 1) wgmma_work_loop(float* out, long long* cycles, int iters, const uint4* f,
+__global__ void __launch_bounds__(kWorkThreads, 1) wgmma_work_loop(float* out, long long* cycles, int iters, const uint4* f,
                                                                uint4* df, uint4* g, const unsigned char* src) {
 #ifdef CODA_SM90_DEVICE
     extern __shared__ unsigned char smem_raw[];
@@ -372,11 +375,9 @@ __global__ void __launch_bounds__(256 + 32, 1) wgmma_work_loop(float* out, long 
 #pragma unroll
         for (int s = 0; s < kSegs; s++) {
             if (s >= segs) continue;
-            uint4 a;
-            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(a.x), "=r"(a.y), "=r"(a.z), "=r"(a.w)
-                         : "r"(acc_tile + ((threadIdx.x + 256 * (it * kSegs + s)) * 16) % kWorkAccBytes));
-            const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, fw[4] = {fcur[s].x, fcur[s].y, fcur[s].z, fcur[s].w};
+            const float4 a = codagpt::ptx::ld_shared_v4(acc_tile + ((threadIdx.x + 256 * (it * kSegs + s)) * 16) % kWorkAccBytes);
+            const uint32_t aw[4] = {__float_as_uint(a.x), __float_as_uint(a.y), __float_as_uint(a.z), __float_as_uint(a.w)};
+            const uint32_t fw[4] = {fcur[s].x, fcur[s].y, fcur[s].z, fcur[s].w};
             uint32_t dw[4], gw[4];
 #pragma unroll
             for (int k = 0; k < 4; k++) {
@@ -431,6 +432,14 @@ struct LoopBuffers {
     }
 };
 
+// The median block's cycles of the last launch that wrote buf.cycles (a block per SM).
+double median_block_cycles(const LoopBuffers& buf, int sms) {
+    std::vector<long long> c(sms);
+    CHECK_CUDA(cudaMemcpy(c.data(), buf.cycles, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
+    std::sort(c.begin(), c.end());
+    return (double)c[sms / 2];
+}
+
 Result measure(LoopKernel kernel, int threads, double flop_per_iter, int iters, int sms) {
     // kSmemBytes of shared memory a block (the patterns' stages fill it): one block an SM.
     CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
@@ -455,10 +464,7 @@ Result measure(LoopKernel kernel, int threads, double flop_per_iter, int iters, 
     CHECK_CUDA(cudaGetLastError());
     float ms = 0.f;
     CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    std::vector<long long> c(sms);
-    CHECK_CUDA(cudaMemcpy(c.data(), buf.cycles, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
-    std::sort(c.begin(), c.end());
-    const double med = (double)c[sms / 2];
+    const double med = median_block_cycles(buf, sms);
     r.all_sms = flop_per_iter * iters / med;
     r.all_ms = ms;
     r.all_mhz = med / (ms * 1e3);  // block cycles over the launch's wall time: a lower bound of the clock
@@ -644,7 +650,7 @@ void work_table(int iters, int sms) {
         CHECK_CUDA(cudaMalloc(&b, bytes));
         CHECK_CUDA(cudaMemset(b, 0x3c, bytes));
     }
-    LoopBuffers lb(sms, 256 + 32);
+    LoopBuffers lb(sms, kWorkThreads);
     std::printf("\nGeluBackward's epilogue segments (8 elements: 16 B of bf16 acc from shared memory, 16 B of f "
                 "in, 2 x 16 B out) between a cooperative 128 x 256 k-block's commit and wait; %d k-blocks\n",
                 iters);
@@ -653,18 +659,15 @@ void work_table(int iters, int sms) {
     for (const Variant& v : variants) {
         CHECK_CUDA(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWorkSmem));
         auto launch = [&] {
-            v.kernel<<<sms, 256 + 32, kWorkSmem>>>(lb.out, lb.cycles, iters, reinterpret_cast<const uint4*>(buf[0]),
+            v.kernel<<<sms, kWorkThreads, kWorkSmem>>>(lb.out, lb.cycles, iters, reinterpret_cast<const uint4*>(buf[0]),
                                                    reinterpret_cast<uint4*>(buf[1]), reinterpret_cast<uint4*>(buf[2]),
                                                    buf[3]);
         };
         const double ms = median_ms(launch, /*runs=*/5, /*warmup=*/2);
         CHECK_CUDA(cudaGetLastError());
-        std::vector<long long> c(sms);
-        CHECK_CUDA(cudaMemcpy(c.data(), lb.cycles, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
-        std::sort(c.begin(), c.end());
-        const double flop_clk = v.mma ? 2.0 * 2 * 64.0 * 256 * kBK * iters / (double)c[sms / 2] : 0.0;
+        const double flop_clk = v.mma ? kWorkFlopPerKBlock * iters / median_block_cycles(lb, sms) : 0.0;
         const double segs = (double)iters * v.w4 / 4.0 * 256;  // a block's
-        const double gbs = segs * sms * 48.0 / (ms * 1e-3) / 1e9;
+        const double gbs = segs * sms * kSegmentBytes / (ms * 1e-3) / 1e9;
         if (v.mma && v.w4 == 0) base_ms[v.copy] = ms;
         std::printf("%-22s %9.0f %8.3f %9.0f %10.2f", v.name, flop_clk, ms, gbs, segs / (ms * 1e3));
         if (v.mma) std::printf(" %9.3f", ms / base_ms[v.copy]);
@@ -690,6 +693,7 @@ int run(int argc, char** argv) {
         else throw Error("unknown argument " + a + " (usage: bench_wgmma [--iters N] [--energy SECONDS] [--json FILE] [--work])");
     }
     if (!energy.json.empty() && energy.seconds <= 0) throw Error("--json records the --energy table: give --energy too");
+    if (work && energy.seconds > 0) throw Error("--work prints its own table only: leave out --energy");
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
         std::fprintf(stderr, "bench_wgmma: needs a CUDA GPU\n");
@@ -716,12 +720,12 @@ int run(int argc, char** argv) {
         rs<2, false>("2 x m64n128 RS, 1 WG", "A loaded once (not used)"),
     };
     std::printf("%s, %d SMs, %d k-blocks of 64 a warpgroup\n", prop.name, sms, iters);
-    std::printf("%-26s %-34s %8s %8s %7s %8s %6s\n", "pattern (a warpgroup)", "where the engine issues it",
-                "1 SM", "all SMs", "/peak", "ms", "MHz>=");
     if (work) {  // only the work-between-wgmmas table
         work_table(iters, sms);
         return 0;
     }
+    std::printf("%-26s %-34s %8s %8s %7s %8s %6s\n", "pattern (a warpgroup)", "where the engine issues it",
+                "1 SM", "all SMs", "/peak", "ms", "MHz>=");
     for (const Pattern& p : patterns)
         print_row(p.name, p.engine_use, measure(p.kernel, p.threads, p.flop_per_iter, iters, sms));
     if (energy.seconds > 0) energy_table(patterns, iters, sms, energy);
