@@ -619,30 +619,36 @@ void print_row(const char* name, const char* engine_use, const Result& r) {
                 100.0 * r.all_sms / 4096.0, r.all_ms, r.all_mhz);
 }
 
+// A row of the work-between-wgmmas table: its kernel instance and the parameters the table reads.
+struct WorkVariant {
+    using Kernel = void (*)(float*, long long*, int, const uint4*, uint4*, uint4*, const unsigned char*);
+    const char* name;
+    Kernel kernel;
+    int w4;
+    bool mma, copy;
+};
+template <int W4, bool MMA, bool COPY>
+WorkVariant work_variant(const char* name) {
+    return {name, wgmma_work_loop<W4, MMA, COPY>, W4, MMA, COPY};
+}
+
 // The work-between-wgmmas table: each variant on a block per SM, the median block's flop a clock (the
 // wgmmas'), the launch's wall time, the segments' DRAM bytes a second, and (x wgmmas) a row's time
 // against its group's first row (no segments); the work-only rows give the segments' own time.
 void work_table(int iters, int sms) {
-    using Kernel = void (*)(float*, long long*, int, const uint4*, uint4*, uint4*, const unsigned char*);
-    struct Variant {
-        const char* name;
-        Kernel kernel;
-        int w4;
-        bool mma, copy;
-    };
-    const Variant variants[] = {
-        {"m64n256 x 2 WGs", wgmma_work_loop<0, true, false>, 0, true, false},
-        {"  + 0.5 seg/k-block", wgmma_work_loop<2, true, false>, 2, true, false},
-        {"  + 0.75 seg/k-block", wgmma_work_loop<3, true, false>, 3, true, false},
-        {"  + 1 seg/k-block", wgmma_work_loop<4, true, false>, 4, true, false},
-        {"  + 2 seg/k-block", wgmma_work_loop<8, true, false>, 8, true, false},
-        {"m64n256 + L2 copies", wgmma_work_loop<0, true, true>, 0, true, true},
-        {"  + 0.5 seg/k-block", wgmma_work_loop<2, true, true>, 2, true, true},
-        {"  + 0.75 seg/k-block", wgmma_work_loop<3, true, true>, 3, true, true},
-        {"  + 1 seg/k-block", wgmma_work_loop<4, true, true>, 4, true, true},
-        {"work only, 0.5", wgmma_work_loop<2, false, false>, 2, false, false},
-        {"work only, 0.75", wgmma_work_loop<3, false, false>, 3, false, false},
-        {"work only, 1", wgmma_work_loop<4, false, false>, 4, false, false},
+    const WorkVariant variants[] = {
+        work_variant<0, true, false>("m64n256 x 2 WGs"),
+        work_variant<2, true, false>("  + 0.5 seg/k-block"),
+        work_variant<3, true, false>("  + 0.75 seg/k-block"),
+        work_variant<4, true, false>("  + 1 seg/k-block"),
+        work_variant<8, true, false>("  + 2 seg/k-block"),
+        work_variant<0, true, true>("m64n256 + L2 copies"),
+        work_variant<2, true, true>("  + 0.5 seg/k-block"),
+        work_variant<3, true, true>("  + 0.75 seg/k-block"),
+        work_variant<4, true, true>("  + 1 seg/k-block"),
+        work_variant<2, false, false>("work only, 0.5"),
+        work_variant<3, false, false>("work only, 0.75"),
+        work_variant<4, false, false>("work only, 1"),
     };
     const size_t bytes = kWorkSpanBytes + (2L << 20);  // + the last pieces' spill past the span
     unsigned char* buf[4];
@@ -656,7 +662,7 @@ void work_table(int iters, int sms) {
                 iters);
     std::printf("%-22s %9s %8s %9s %10s %9s\n", "variant", "flop/clk", "ms", "GB/s", "segs/us/SM", "x wgmmas");
     double base_ms[2] = {NAN, NAN};
-    for (const Variant& v : variants) {
+    for (const WorkVariant& v : variants) {
         CHECK_CUDA(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWorkSmem));
         auto launch = [&] {
             v.kernel<<<sms, kWorkThreads, kWorkSmem>>>(lb.out, lb.cycles, iters, reinterpret_cast<const uint4*>(buf[0]),
