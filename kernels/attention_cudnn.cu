@@ -13,7 +13,8 @@
 // (the frontend's "deterministic" form, which selects the dP-workspace engine, no atomics into an
 // fp32 dQ accumulator) and engine configs carrying CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC are skipped;
 // cuDNN 9.19 has no determinism knob beyond that. If no deterministic config finalizes, reserve()
-// throws, and Attention falls back to the own kernels.
+// builds the fp32-accumulator form (dQ through atomics) and says so on stderr; CudnnAttention(false)
+// asks for that form from the start (bench_attention times both).
 //
 // Layouts (C = NH * HS): Q, K, V are views of qkv [B, T, 3, NH, HS]: dims [B, NH, T, HS], strides
 // [T*3C, HS, 3C, 1] (transposed: dims [B, NH, HS, T], strides [T*3C, HS, 1, 3C]); O, dO: strides
@@ -400,6 +401,7 @@ Plan build_backward(cudnnHandle_t handle, int64_t B, int64_t T, int64_t NH, int6
 
 struct CudnnAttention::Impl {
     cudnnHandle_t handle = nullptr;
+    bool want_deterministic = true;  // the backward form asked for
     struct Plans {
         Plan fwd, bwd;
         bool deterministic = true;  // bwd is the deterministic form
@@ -433,7 +435,8 @@ bool CudnnAttention::available() {
     return cudnnGetVersion() >= 90000 && cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
 }
 
-CudnnAttention::CudnnAttention() : impl_(new Impl) {
+CudnnAttention::CudnnAttention(bool deterministic) : impl_(new Impl) {
+    impl_->want_deterministic = deterministic;
     try {
         CUDNN_CHECK(cudnnCreate(&impl_->handle));
     } catch (...) {
@@ -461,9 +464,11 @@ void CudnnAttention::reserve(int B, int T, int NH, int HS) {
     if (it == impl_->plans.end()) {
         Impl::Plans p;
         p.fwd = build_forward(impl_->handle, B, T, NH, HS);
+        p.deterministic = impl_->want_deterministic;
         try {
-            p.bwd = build_backward(impl_->handle, B, T, NH, HS, true);
+            p.bwd = build_backward(impl_->handle, B, T, NH, HS, p.deterministic);
         } catch (const Error& e) {
+            if (!p.deterministic) throw;
             std::fprintf(stderr, "cuDNN attention: no deterministic backward for B=%d T=%d NH=%d HS=%d (%s); "
                          "using the fp32-accumulator form, whose dQ may differ run to run\n", B, T, NH, HS, e.what());
             p.bwd = build_backward(impl_->handle, B, T, NH, HS, false);

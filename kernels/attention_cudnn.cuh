@@ -11,7 +11,10 @@ public:
     // Whether this build's cuDNN path can run at all; Attention falls back to the own kernels if not.
     static bool available();
 
-    CudnnAttention();
+    // deterministic (the trainer's form): dQ written straight from its product, the same bits every
+    // run. false: dQ through an fp32 accumulator the engine fills with atomics (bench_attention
+    // prices the difference).
+    explicit CudnnAttention(bool deterministic = true);
     ~CudnnAttention();
     CudnnAttention(const CudnnAttention&) = delete;
     CudnnAttention& operator=(const CudnnAttention&) = delete;
