@@ -164,14 +164,18 @@ void check_against_reference(A& attn, const char* name, bool repeatable, int B, 
     EXPECT_LT(e_dv, 1e-2);
     EXPECT_TRUE(same_bytes(out1, out2)) << "forward output differs between two identical runs";
     EXPECT_TRUE(same_bytes(lse1, lse2)) << "lse differs between two identical runs";
-    if (repeatable) EXPECT_TRUE(same_bytes(dqkv1, dqkv2)) << "dqkv differs between two identical runs";
+    if (repeatable) {
+        EXPECT_TRUE(same_bytes(dqkv1, dqkv2)) << "dqkv differs between two identical runs";
+    }
 }
 
 void check_backend(bool prefer_cudnn, int B, int T, int NH, int HS, uint64_t seed) {
     Attention attn(prefer_cudnn);
     check_against_reference(attn, prefer_cudnn ? "cudnn" : "flash", /*repeatable=*/true, B, T, NH, HS, seed);
     // a cuDNN plan that cannot be built falls back to flash with a warning on stderr: fail here too
-    if (prefer_cudnn) EXPECT_STREQ(attn.backend(), "cudnn") << "no cuDNN plan for this shape (stderr says why)";
+    if (prefer_cudnn) {
+        EXPECT_STREQ(attn.backend(), "cudnn") << "no cuDNN plan for this shape (stderr says why)";
+    }
 }
 
 struct Shape {
