@@ -9,8 +9,9 @@
 //
 // Each variant: forward and backward, median of --reps calls (CUDA events, 3 untimed first); whether
 // two backward calls on the same inputs, output poisoned before each, give the same bits; and the
-// largest |difference| of its output and dqkv from cudnn-deterministic's, relative to the largest
-// |value| of those. A step's worth is n_layer forward + backward calls.
+// largest |difference| of its output and dqkv from the first variant's (cudnn-deterministic where
+// the build has cuDNN), relative to the largest |value| of those. A step's worth is n_layer
+// forward + backward calls.
 //
 //   bench_attention [--config NAME|PATH] [--reps N] [--json FILE]       (default gpt2-1.5b)
 //
@@ -128,8 +129,8 @@ int run(int argc, char** argv) {
 
     printf("%s; %s (%d layers), B = %d, T = %d, %d heads of %d; medians of %d calls\n", prop.name, cfg.name.c_str(),
            m.n_layer, B, T, NH, HS, reps);
-    printf("%-20s %9s %9s %12s %11s %13s %13s\n", "variant", "fwd ms", "bwd ms", "step's ms", "bwd repeat", "out vs det",
-           "dqkv vs det");
+    printf("%-20s %9s %9s %12s %11s %13s %13s\n", "variant", "fwd ms", "bwd ms", "step's ms", "bwd repeat", "out vs ref",
+           "dqkv vs ref");
     std::vector<bf16> ref_y, ref_dqkv;
     for (const Variant& v : variants) {
         // Outputs poisoned (0xFF bytes: bf16 NaN) before each checked call.
