@@ -598,22 +598,25 @@ void check_shape(int B, int T, int NH, int HS) {
 struct Attention::Impl {
 #ifdef CODAGPT_HAVE_CUDNN
     CudnnAttention* cudnn = nullptr;
+    bool deterministic = true;  // cuDNN's backward form (CudnnAttention)
 #endif
     float* rowdot = nullptr;  // D [B, NH, T] of the flash backward
     size_t rowdot_n = 0;
 };
 
-Attention::Attention(bool prefer_cudnn) : impl_(new Impl) {
+Attention::Attention(bool prefer_cudnn, bool deterministic) : impl_(new Impl) {
 #ifdef CODAGPT_HAVE_CUDNN
+    impl_->deterministic = deterministic;
     if (prefer_cudnn && CudnnAttention::available()) {
         try {
-            impl_->cudnn = new CudnnAttention();
+            impl_->cudnn = new CudnnAttention(deterministic);
         } catch (const Error& e) {
             std::fprintf(stderr, "attention: cuDNN unusable (%s); using the own flash kernels\n", e.what());
         }
     }
 #else
     (void)prefer_cudnn;
+    (void)deterministic;
 #endif
 }
 
@@ -627,7 +630,7 @@ Attention::~Attention() {
 
 const char* Attention::backend() const {
 #ifdef CODAGPT_HAVE_CUDNN
-    if (impl_->cudnn) return "cudnn";
+    if (impl_->cudnn) return impl_->deterministic ? "cudnn" : "cudnn (atomic dQ)";
 #endif
     return "flash";
 }

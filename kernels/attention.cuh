@@ -13,12 +13,15 @@ namespace codagpt {
 class Attention {
 public:
     // prefer_cudnn: use cuDNN when the build has it (tests pass false to check our own kernel).
-    explicit Attention(bool prefer_cudnn = true);
+    // deterministic = false: cuDNN's backward adds dQ with atomics (--nondeterministic-attention:
+    // a step ~1% faster and a few hundred MiB smaller, results not repeatable bit for bit); our
+    // own kernels are deterministic either way.
+    explicit Attention(bool prefer_cudnn = true, bool deterministic = true);
     ~Attention();
     Attention(const Attention&) = delete;
     Attention& operator=(const Attention&) = delete;
 
-    const char* backend() const;  // "cudnn" or "flash" (own kernel)
+    const char* backend() const;  // "cudnn", "cudnn (atomic dQ)" or "flash" (own kernel)
     // Builds what a shape needs (cuDNN plans, workspace, backward's row-dot buffer): the only place
     // that allocates. forward/backward call it themselves when the shape changes, so a training
     // loop allocates at its first step only; call it at set-up to keep allocation out of the loop.

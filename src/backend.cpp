@@ -190,7 +190,8 @@ std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBa
     if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
     if (opt.lm_head_chunks != 0)
         throw Error("--lm-head-chunks applies to the fused path (--fusion coda): the unfused one computes all logits at once");
-    const GPUModelOptions model{opt.recompute, true, data_parallel, opt.recompute_layers};
+    GPUModelOptions model{opt.recompute, true, data_parallel, opt.recompute_layers};
+    model.deterministic_attention = opt.deterministic_attention;
     return std::make_unique<GPUBackend<GPT2GPU>>(c, data_parallel, "unfused", recompute_note(model, c.model.n_layer),
                                                  model);
 #else
@@ -209,6 +210,7 @@ std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c, const 
     const Recompute r = opt.recompute == Recompute::mlp ? Recompute::mlp : Recompute::none;
     GPUModelOptions model{r, true, data_parallel, opt.recompute_layers};
     model.lm_head_chunks = opt.lm_head_chunks;
+    model.deterministic_attention = opt.deterministic_attention;
     return std::make_unique<GPUBackend<GPT2CodaGPU>>(c, data_parallel, "CODA fused",
                                                      recompute_note(model, c.model.n_layer), model);
 #else

@@ -87,6 +87,8 @@ struct GPUBackendOptions {
     // --lm-head-chunks: the fused path's LM head in this many equal row chunks (GPUModelOptions); 0:
     // the model's cut. The unfused path refuses any other value.
     int lm_head_chunks = 0;
+    // --nondeterministic-attention: cuDNN's attention backward with atomic dQ (GPUModelOptions).
+    bool deterministic_attention = true;
 };
 
 // The layers whose activations backward recomputes: [0, recomputed_layers(...)).

@@ -155,7 +155,7 @@ struct GPT2CodaGPU::Impl {
           T(T_),
           M(B_ * T_),
           f_slots(opt.fc_slots(c.n_layer)),
-          attention(opt.prefer_cudnn) {
+          attention(opt.prefer_cudnn, opt.deterministic_attention) {
         if (B < 1 || T < 1 || T > c.max_seq_len || M % 8 != 0)
             throw Error("fused GPU model: needs 1 <= seq_len <= max_seq_len and batch_size * seq_len a multiple of 8, got " +
                         std::to_string(B) + " x " + std::to_string(T));

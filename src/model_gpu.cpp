@@ -70,7 +70,7 @@ struct GPT2GPU::Impl {
     }
 
     Impl(const ModelConfig& c, int B_, int T_, const GPUModelOptions& o)
-        : cfg(c), opt(o), B(B_), T(T_), attention(o.prefer_cudnn) {
+        : cfg(c), opt(o), B(B_), T(T_), attention(o.prefer_cudnn, o.deterministic_attention) {
         CUDA_CHECK(cudaStreamCreate(&stream));
         for (const ParamInfo& t : param_layout(c)) n_params += t.size;
         const size_t L = c.n_layer, C = c.n_embd, NH = c.n_head, Vp = c.padded_vocab();

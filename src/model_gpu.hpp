@@ -32,6 +32,7 @@ struct GPUModelOptions {
     // chunks that fit the backward's scratch, cut where the GEMM plan prices them least. The
     // unfused path ignores it.
     int lm_head_chunks = 0;
+    bool deterministic_attention = true;  // false: cuDNN's atomic-dQ backward (Attention)
 
     // The layers that keep no GELU output (--recompute gelu or mlp) and those that keep no fc output
     // either (mlp): backward recomputes them; their buffers are one shared slot (backend.hpp).

@@ -232,6 +232,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     }
     if (opt.lm_head_chunks != 0 && !use_gpu(opt.device))
         throw Error("--lm-head-chunks applies to the fused GPU path (--fusion coda), not the CPU reference");
+    if (opt.nondeterministic_attention && !use_gpu(opt.device))
+        throw Error("--nondeterministic-attention applies to the GPU paths, not the CPU reference");
     const int B = cfg.batch_size, T = cfg.seq_len;
     if (opt.stop_after < 0) throw Error("--stop-after must be >= 0, got " + std::to_string(opt.stop_after));
     if (!opt.init_from.empty() && !opt.resume.empty())
@@ -334,7 +336,8 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
     // ---- model and optimizer on the chosen device (weights, moments and step from the checkpoint;
     // weights only from --init-from)
     std::unique_ptr<TrainBackend> model =
-        make_backend(cfg, opt.device, opt.fusion, GPUBackendOptions{recompute, opt.recompute_layers, opt.lm_head_chunks},
+        make_backend(cfg, opt.device, opt.fusion,
+                     GPUBackendOptions{recompute, opt.recompute_layers, opt.lm_head_chunks, !opt.nondeterministic_attention},
                      dp);
     if (opt.wrap_backend) model = opt.wrap_backend(std::move(model));
     if (opt.phase_times) model->time_phases();
@@ -672,6 +675,7 @@ int run_train(const TrainConfig& cfg, const TrainOptions& opt) {
                               {"fusion", gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json(use_coda(opt.fusion) ? "coda" : "unfused")},
                               {"recompute", opt.recompute},
                               {"recompute_layers", recomputed_layers(recompute, opt.recompute_layers, mc.n_layer)},
+                              {"deterministic_attention", !opt.nondeterministic_attention},
                               {"model", cfg.name},
                               {"batch", B},
                               {"seq", T},

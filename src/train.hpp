@@ -23,6 +23,7 @@ struct TrainOptions {
     std::string recompute = "none";  // none | gelu | mlp: what backward recomputes (GPU memory; backend.hpp)
     int recompute_layers = 0;        // recompute in layers [0, n) only (needs recompute gelu|mlp); 0: every layer
     int lm_head_chunks = 0;          // fused GPU path: the LM head in N row chunks; 0: the model's choice
+    bool nondeterministic_attention = false;  // GPU: cuDNN's attention backward with atomic dQ
     std::string fusion = "auto";     // GPU path: coda, unfused, or auto (coda on sm_80+ GPUs)
     std::string trace_kernels;       // write the last step's kernels, memsets and copies to this file; empty: none
     // Time each step's phases with CUDA events (step_phases.hpp; GPU): print their medians over the

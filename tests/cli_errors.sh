@@ -43,6 +43,7 @@ expect_error "--recompute-layers needs --recompute gelu or mlp" train --recomput
 expect_error "--recompute-layers must be between 1 and n_layer 2, got 3" train --recompute mlp --recompute-layers 3
 expect_error "--lm-head-chunks: must be >= 0, got -2 (see --help)" train --lm-head-chunks -2
 expect_error "--lm-head-chunks applies to the fused GPU path (--fusion coda), not the CPU reference" train --device cpu --lm-head-chunks 3
+expect_error "--nondeterministic-attention applies to the GPU paths, not the CPU reference" train --device cpu --nondeterministic-attention
 expect_error "seq_len" train --seq_len 100000
 expect_error "--input" prepare --out /tmp/x
 expect_error "cannot open checkpoint /nonexistent/ckpt_5.bin" train --device cpu --resume /nonexistent/ckpt_5.bin

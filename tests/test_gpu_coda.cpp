@@ -101,7 +101,8 @@ StepResult cpu_step(GPT2CPU<float>& model, const Case& c) {
 }
 
 // lm_head_chunks: the fused model's (GPUModelOptions); its logits are compared with one chunk only.
-void check_against_cpu_and_unfused(const Case& c, int lm_head_chunks) {
+// deterministic_attention: both GPU models' (false: cuDNN's atomic-dQ backward).
+void check_against_cpu_and_unfused(const Case& c, int lm_head_chunks, bool deterministic_attention = true) {
     std::vector<float> params = nonzero_mean_params(c.cfg);
     for (float& w : params) w = bf16_round(w);  // the GPU holds bf16 weights: the CPU gets the same
     GPT2CPU<float> cpu(c.cfg);
@@ -112,6 +113,7 @@ void check_against_cpu_and_unfused(const Case& c, int lm_head_chunks) {
     {
         GPUModelOptions opt;
         opt.lm_head_chunks = lm_head_chunks;
+        opt.deterministic_attention = deterministic_attention;
         GPT2CodaGPU model(c.cfg, c.B, c.T, opt);
         model.set_params(params);
         std::printf("%s, LM head chunks %d: attention %s\n", c.name, lm_head_chunks, model.attention_backend());
@@ -121,7 +123,9 @@ void check_against_cpu_and_unfused(const Case& c, int lm_head_chunks) {
         }
     }
     {
-        GPT2GPU model(c.cfg, c.B, c.T, GPUModelOptions{});
+        GPUModelOptions opt;
+        opt.deterministic_attention = deterministic_attention;
+        GPT2GPU model(c.cfg, c.B, c.T, opt);
         model.set_params(params);
         unfused = gpu_step(model, c, true);
     }
@@ -180,6 +184,13 @@ TEST(CodaGPU, TinyWithTheLmHeadInThreeChunksMatchesUnfusedAndCPUReference) {
 TEST(CodaGPU, TwoLayers124MWidthsMatchUnfusedAndCPUReference) {
     REQUIRE_GPU();
     check_against_cpu_and_unfused({"2 layers, C=768, 12 heads, T=1024", ModelConfig{2, 12, 768, 1024, 50257}, 1, 1024}, 1);
+}
+
+// --nondeterministic-attention: both paths with cuDNN's atomic-dQ attention backward.
+TEST(CodaGPU, TwoLayers124MWidthsWithAtomicAttentionMatchUnfusedAndCPUReference) {
+    REQUIRE_GPU();
+    check_against_cpu_and_unfused({"2 layers, C=768, 12 heads, T=1024", ModelConfig{2, 12, 768, 1024, 50257}, 1, 1024}, 1,
+                                  /*deterministic_attention=*/false);
 }
 
 // 1024 rows in 8 chunks of 128.
