@@ -23,8 +23,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,19 +33,10 @@
 #include "common.cuh"
 #include "config.hpp"
 #include "results.hpp"
-#if CODAGPT_HAVE_CUDNN
-#include "attention_cudnn.cuh"
-#endif
 
 using namespace codagpt;
 
 namespace {
-
-struct Variant {
-    std::string name;
-    std::function<void(bf16* y, float* lse, const bf16* qkv)> forward;
-    std::function<void(bf16* dqkv, const bf16* dy, const bf16* qkv, const bf16* y, const float* lse)> backward;
-};
 
 std::vector<bf16> to_host(const bf16* p, long n) {
     std::vector<bf16> h(n);
@@ -93,64 +82,46 @@ int run(int argc, char** argv) {
     const int B = cfg.batch_size, T = cfg.seq_len, NH = m.n_head, HS = m.n_embd / m.n_head;
     const long C = m.n_embd, BT = (long)B * T;
 
-    bf16 *qkv, *dy, *y, *dqkv;
-    float* lse;
-    CUDA_CHECK(cudaMalloc(&qkv, BT * 3 * C * sizeof(bf16)));
-    CUDA_CHECK(cudaMalloc(&dqkv, BT * 3 * C * sizeof(bf16)));
-    CUDA_CHECK(cudaMalloc(&dy, BT * C * sizeof(bf16)));
-    CUDA_CHECK(cudaMalloc(&y, BT * C * sizeof(bf16)));
-    CUDA_CHECK(cudaMalloc(&lse, BT * NH * sizeof(float)));
-    bench::fill(qkv, BT * 3 * C, 1);
-    bench::fill(dy, BT * C, 2);
+    bench::Buffers b;
+    bf16 *qkv = b.make<bf16>(BT * 3 * C, 1.f), *dy = b.make<bf16>(BT * C, 1.f);
+    bf16 *y = b.make<bf16>(BT * C, 0.f), *dqkv = b.make<bf16>(BT * 3 * C, 0.f);
+    float* lse = b.make<float>(BT * NH, 0.f);
 
-    std::vector<Variant> variants;
-#if CODAGPT_HAVE_CUDNN
-    std::unique_ptr<CudnnAttention> det, acc;
-    if (CudnnAttention::available()) {
-        det = std::make_unique<CudnnAttention>(true);
-        acc = std::make_unique<CudnnAttention>(false);
-        for (CudnnAttention* a : {det.get(), acc.get()}) {
-            a->reserve(B, T, NH, HS);
-            variants.push_back({a == det.get() ? "cudnn-deterministic" : "cudnn-accumulator",
-                                [=](bf16* o, float* l, const bf16* q) { a->forward(o, l, q, B, T, NH, HS, 0); },
-                                [=](bf16* d, const bf16* g, const bf16* q, const bf16* o, const float* l) {
-                                    a->backward(d, g, q, o, l, B, T, NH, HS, 0);
-                                }});
-        }
-    }
-#endif
-    Attention own(/*prefer_cudnn=*/false);
-    own.reserve(B, T, NH, HS);
-    variants.push_back({"own",
-                        [&](bf16* o, float* l, const bf16* q) { own.forward(o, l, q, B, T, NH, HS, 0); },
-                        [&](bf16* d, const bf16* g, const bf16* q, const bf16* o, const float* l) {
-                            own.backward(d, g, q, o, l, B, T, NH, HS, 0);
-                        }});
-
+    // The variants, the reference first.
+    struct Variant {
+        const char* name;
+        bool cudnn, deterministic;
+    };
+    const Variant variants[] = {{"cudnn-deterministic", true, true}, {"cudnn-accumulator", true, false}, {"own", false, true}};
     printf("%s; %s (%d layers), B = %d, T = %d, %d heads of %d; medians of %d calls\n", prop.name, cfg.name.c_str(),
            m.n_layer, B, T, NH, HS, reps);
     printf("%-20s %9s %9s %12s %11s %13s %13s\n", "variant", "fwd ms", "bwd ms", "step's ms", "bwd repeat", "out vs ref",
            "dqkv vs ref");
     std::vector<bf16> ref_y, ref_dqkv;
     for (const Variant& v : variants) {
+        Attention attn(v.cudnn, v.deterministic);
+        // Attention runs the own kernels where cuDNN is not built in or not usable: no cuDNN row then.
+        if (v.cudnn && std::strncmp(attn.backend(), "cudnn", 5) != 0) continue;
+        attn.reserve(B, T, NH, HS);
+        auto forward = [&] { attn.forward(y, lse, qkv, B, T, NH, HS, 0); };
+        auto backward = [&] { attn.backward(dqkv, dy, qkv, y, lse, B, T, NH, HS, 0); };
         // Outputs poisoned (0xFF bytes: bf16 NaN) before each checked call.
         CUDA_CHECK(cudaMemset(y, 0xFF, BT * C * sizeof(bf16)));
-        v.forward(y, lse, qkv);
+        forward();
         CUDA_CHECK(cudaMemset(dqkv, 0xFF, BT * 3 * C * sizeof(bf16)));
-        v.backward(dqkv, dy, qkv, y, lse);
+        backward();
         CUDA_CHECK(cudaDeviceSynchronize());
         const std::vector<bf16> hy = to_host(y, BT * C), hd = to_host(dqkv, BT * 3 * C);
         CUDA_CHECK(cudaMemset(dqkv, 0xFF, BT * 3 * C * sizeof(bf16)));
-        v.backward(dqkv, dy, qkv, y, lse);
+        backward();
         CUDA_CHECK(cudaDeviceSynchronize());
         const bool repeatable = std::memcmp(to_host(dqkv, BT * 3 * C).data(), hd.data(), hd.size() * sizeof(bf16)) == 0;
         if (ref_y.empty()) ref_y = hy, ref_dqkv = hd;  // the first variant is the reference
         const double out_diff = rel_diff(hy, ref_y), dqkv_diff = rel_diff(hd, ref_dqkv);
 
-        const double fwd = median_ms([&] { v.forward(y, lse, qkv); }, reps);
-        const double bwd = median_ms([&] { v.backward(dqkv, dy, qkv, y, lse); }, reps);
+        const double fwd = median_ms(forward, reps), bwd = median_ms(backward, reps);
         const double step = m.n_layer * (fwd + bwd);
-        printf("%-20s %9.3f %9.3f %12.2f %11s %13.2e %13.2e\n", v.name.c_str(), fwd, bwd, step,
+        printf("%-20s %9.3f %9.3f %12.2f %11s %13.2e %13.2e\n", v.name, fwd, bwd, step,
                repeatable ? "same bits" : "DIFFERS", out_diff, dqkv_diff);
         if (json.empty()) continue;
         nlohmann::json r = {{"kind", "attention"}, {"gpu", prop.name},          {"model", cfg.name},
@@ -161,7 +132,6 @@ int run(int argc, char** argv) {
         stamp_record(r, command);
         append_record(json, r);
     }
-    for (void* p : {(void*)qkv, (void*)dqkv, (void*)dy, (void*)y, (void*)lse}) cudaFree(p);
     return 0;
 }
 

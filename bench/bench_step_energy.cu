@@ -42,24 +42,6 @@ using namespace codagpt;
 
 namespace {
 
-// Device buffers, filled with hashed values in [-scale, scale) (never zeros: the tensor cores'
-// power depends on the bits they multiply), freed at the end.
-struct Buffers {
-    std::vector<void*> owned;
-    unsigned seed = 1;
-    template <class T>
-    T* make(long n, float scale) {
-        T* p = nullptr;
-        CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
-        owned.push_back(p);
-        bench::fill(p, n, seed++, scale);
-        return p;
-    }
-    ~Buffers() {
-        for (void* p : owned) cudaFree(p);
-    }
-};
-
 struct Part {
     std::string name;
     bench::Sustained run;
@@ -109,7 +91,7 @@ int run(int argc, char** argv) {
     {
         // The step's GEMMs. Inputs and outputs in separate buffers (no output is read again, so no
         // value grows over the runs); weights, biases and fp32 weight gradients a layer each.
-        Buffers b;
+        bench::Buffers b;
         const float kW = 0.02f, kAct = 1.f, kGrad = 1e-3f;
         bf16 *ln = b.make<bf16>(BT * C, kAct), *g4 = b.make<bf16>(BT * 4 * C, kAct);
         bf16 *dres = b.make<bf16>(BT * C, kGrad), *d4 = b.make<bf16>(BT * 4 * C, kGrad);
@@ -154,7 +136,7 @@ int run(int argc, char** argv) {
         parts.push_back(part("gemm", step, seconds, *meter));
     }
     {
-        Buffers b;
+        bench::Buffers b;
         bf16 *qkv = b.make<bf16>(BT * 3 * C, 1.f), *y = b.make<bf16>(BT * C, 0.f);
         bf16 *dy = b.make<bf16>(BT * C, 1e-3f), *dqkv = b.make<bf16>(BT * 3 * C, 0.f);
         float* lse = b.make<float>(BT * NH, 0.f);
@@ -167,7 +149,7 @@ int run(int argc, char** argv) {
         parts.push_back(part(std::string("attention (") + attention.backend() + ")", step, seconds, *meter));
     }
     {
-        Buffers b;
+        bench::Buffers b;
         const long P = (long)m.num_params();  // every parameter the trainer's AdamW updates
         float *grads = b.make<float>(P, 1e-3f), *mom = b.make<float>(P, 1e-4f), *var = b.make<float>(P, 1e-8f);
         bf16* params = b.make<bf16>(P, 0.02f);

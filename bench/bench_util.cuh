@@ -1,5 +1,5 @@
-// What the GPU benchmarks share (bench_gemm.cu, bench_step_energy.cu): inputs filled on the
-// device, and a workload run back to back with the GPU's energy counter read around it.
+// What the GPU benchmarks share (bench_gemm.cu, bench_step_energy.cu, bench_attention.cu): inputs
+// filled on the device, and a workload run back to back with the GPU's energy counter read around it.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "common.cuh"
 #include "device.hpp"
@@ -25,6 +26,27 @@ void fill(T* p, long n, unsigned seed, float scale = 1.f, float offset = 0.f) {
     fill_kernel<<<1024, 256>>>(p, n, seed, scale, offset);
     CUDA_CHECK_LAUNCH(fill_kernel);
 }
+
+// Device buffers, filled with hashed values in [-scale, scale) (never zeros: the tensor cores'
+// power depends on the bits they multiply; scale 0: zeros), each with its own seed, freed at the end.
+struct Buffers {
+    std::vector<void*> owned;
+    unsigned seed = 1;
+    template <class T>
+    T* make(long n, float scale) {
+        T* p = nullptr;
+        CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+        owned.push_back(p);
+        fill(p, n, seed++, scale);
+        return p;
+    }
+    Buffers() = default;
+    Buffers(const Buffers&) = delete;
+    Buffers& operator=(const Buffers&) = delete;
+    ~Buffers() {
+        for (void* p : owned) cudaFree(p);
+    }
+};
 
 // The value of a numeric option: the whole text a finite number >= min (and a whole number where
 // `integer`), else an Error naming the option (main() prints it as the benchmark's one error line).

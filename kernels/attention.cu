@@ -598,7 +598,6 @@ void check_shape(int B, int T, int NH, int HS) {
 struct Attention::Impl {
 #ifdef CODAGPT_HAVE_CUDNN
     CudnnAttention* cudnn = nullptr;
-    bool deterministic = true;  // cuDNN's backward form (CudnnAttention)
 #endif
     float* rowdot = nullptr;  // D [B, NH, T] of the flash backward
     size_t rowdot_n = 0;
@@ -606,7 +605,6 @@ struct Attention::Impl {
 
 Attention::Attention(bool prefer_cudnn, bool deterministic) : impl_(new Impl) {
 #ifdef CODAGPT_HAVE_CUDNN
-    impl_->deterministic = deterministic;
     if (prefer_cudnn && CudnnAttention::available()) {
         try {
             impl_->cudnn = new CudnnAttention(deterministic);
@@ -630,7 +628,7 @@ Attention::~Attention() {
 
 const char* Attention::backend() const {
 #ifdef CODAGPT_HAVE_CUDNN
-    if (impl_->cudnn) return impl_->deterministic ? "cudnn" : "cudnn (atomic dQ)";
+    if (impl_->cudnn) return impl_->cudnn->deterministic() ? "cudnn" : "cudnn (atomic dQ)";
 #endif
     return "flash";
 }

@@ -445,6 +445,8 @@ CudnnAttention::CudnnAttention(bool deterministic) : impl_(new Impl) {
     }
 }
 
+bool CudnnAttention::deterministic() const { return impl_->want_deterministic; }
+
 CudnnAttention::~CudnnAttention() {
     for (auto& [shape, p] : impl_->plans) {
         (void)shape;

@@ -16,6 +16,7 @@ public:
     // prices the difference).
     explicit CudnnAttention(bool deterministic = true);
     ~CudnnAttention();
+    bool deterministic() const;  // the backward form asked for
     CudnnAttention(const CudnnAttention&) = delete;
     CudnnAttention& operator=(const CudnnAttention&) = delete;
 
