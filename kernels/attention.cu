@@ -626,6 +626,14 @@ Attention::~Attention() {
     delete impl_;
 }
 
+bool Attention::uses_cudnn() const {
+#ifdef CODAGPT_HAVE_CUDNN
+    return impl_->cudnn != nullptr;
+#else
+    return false;
+#endif
+}
+
 const char* Attention::backend() const {
 #ifdef CODAGPT_HAVE_CUDNN
     if (impl_->cudnn) return impl_->cudnn->deterministic() ? "cudnn" : "cudnn (atomic dQ)";

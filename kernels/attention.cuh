@@ -22,6 +22,7 @@ public:
     Attention& operator=(const Attention&) = delete;
 
     const char* backend() const;  // "cudnn", "cudnn (atomic dQ)" or "flash" (own kernel)
+    bool uses_cudnn() const;      // cuDNN runs it (either form): asked for, built in and usable
     // Builds what a shape needs (cuDNN plans, workspace, backward's row-dot buffer): the only place
     // that allocates. forward/backward call it themselves when the shape changes, so a training
     // loop allocates at its first step only; call it at set-up to keep allocation out of the loop.

@@ -184,14 +184,24 @@ private:
 
 std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& c) { return std::make_unique<CPUBackend>(c); }
 
+#ifdef CODAGPT_HAVE_CUDA
+// The model options both GPU paths take from the command line's, with the path's recompute.
+static GPUModelOptions model_options(const GPUBackendOptions& opt, Recompute recompute,
+                                     std::shared_ptr<DataParallel> data_parallel) {
+    GPUModelOptions model{recompute, true, std::move(data_parallel), opt.recompute_layers};
+    model.lm_head_chunks = opt.lm_head_chunks;
+    model.deterministic_attention = opt.deterministic_attention;
+    return model;
+}
+#endif
+
 std::unique_ptr<TrainBackend> make_gpu_backend(const TrainConfig& c, const GPUBackendOptions& opt,
                                                std::shared_ptr<DataParallel> data_parallel) {
 #ifdef CODAGPT_HAVE_CUDA
     if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
     if (opt.lm_head_chunks != 0)
         throw Error("--lm-head-chunks applies to the fused path (--fusion coda): the unfused one computes all logits at once");
-    GPUModelOptions model{opt.recompute, true, data_parallel, opt.recompute_layers};
-    model.deterministic_attention = opt.deterministic_attention;
+    const GPUModelOptions model = model_options(opt, opt.recompute, data_parallel);
     return std::make_unique<GPUBackend<GPT2GPU>>(c, data_parallel, "unfused", recompute_note(model, c.model.n_layer),
                                                  model);
 #else
@@ -208,9 +218,7 @@ std::unique_ptr<TrainBackend> make_coda_gpu_backend(const TrainConfig& c, const 
     if (cuda_device_count() == 0) throw Error("no CUDA GPU is visible");
     // GELU outputs are never kept on this path: --recompute gelu is none here.
     const Recompute r = opt.recompute == Recompute::mlp ? Recompute::mlp : Recompute::none;
-    GPUModelOptions model{r, true, data_parallel, opt.recompute_layers};
-    model.lm_head_chunks = opt.lm_head_chunks;
-    model.deterministic_attention = opt.deterministic_attention;
+    const GPUModelOptions model = model_options(opt, r, data_parallel);
     return std::make_unique<GPUBackend<GPT2CodaGPU>>(c, data_parallel, "CODA fused",
                                                      recompute_note(model, c.model.n_layer), model);
 #else

@@ -186,10 +186,7 @@ std::vector<Shape> shapes() {
     return v;
 }
 
-bool have_cudnn() {
-    Attention a(true);
-    return std::strcmp(a.backend(), "cudnn") == 0;
-}
+bool have_cudnn() { return Attention(true).uses_cudnn(); }
 
 void time_backend(bool prefer_cudnn, int NH, int HS) {
     const int B = 16, T = 1024;
