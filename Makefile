@@ -11,7 +11,7 @@ CMAKE_ARGS ?=
 CTEST_ARGS ?=
 SHARDS := data/tinyshakespeare/val_000000.bin
 
-.PHONY: all setup configure build test train data tokenizer corpus clean
+.PHONY: all setup configure build bin test train data tokenizer corpus clean
 
 all: build
 
@@ -26,6 +26,10 @@ configure: setup $(BUILD)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
+# The trainer binary alone (what `make train` and `make data` need; the test suite is `make test`'s).
+bin: configure
+	cmake --build $(BUILD) -j$(JOBS) --target codagpt
+
 tokenizer:
 	@bash scripts/get_tokenizer.sh
 
@@ -34,10 +38,10 @@ corpus:
 
 data: $(SHARDS)
 
-$(SHARDS): | build tokenizer corpus
+$(SHARDS): | bin tokenizer corpus
 	./$(BUILD)/codagpt prepare --input data/tinyshakespeare.txt --out data/tinyshakespeare --split-on-blank-lines
 
-train: data
+train: bin data
 	./$(BUILD)/codagpt train --config $(CONFIG) $(if $(filter --resume% --init-from%,$(ARGS)),,--resume auto) $(ARGS)
 
 test: build tokenizer corpus

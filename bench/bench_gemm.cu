@@ -838,8 +838,9 @@ int run(int argc, char** argv) {
     }
     printf("\n");
     for (const Row& r : bench.fused_rows) printf("fused %-36s %.3fx plain\n", r.label.c_str(), r.ratio);
-    printf("geomean cuBLASLt/ours (speed ratio ours vs cuBLASLt) over %zu shapes: %.4f\n", bench.plain_rows.size(),
-           speed_geomean(bench.plain_rows));
+    if (!bench.plain_rows.empty())  // none where --only matched no plain shape
+        printf("geomean cuBLASLt/ours (speed ratio ours vs cuBLASLt) over %zu shapes: %.4f\n", bench.plain_rows.size(),
+               speed_geomean(bench.plain_rows));
     if (bench.failures) printf("%d shapes FAILED the check against cuBLASLt\n", bench.failures);
     return bench.failures ? 1 : 0;
 }
